@@ -1,0 +1,36 @@
+# Two commands matter: `make demo` and `make test`. Both set up from nothing.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test setup apt shaders bench clean
+
+$(VENV)/bin/python:
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml $(VENV)/bin/python
+	$(PY) -m pip install -q -e '.[dev,webui,vulkan]'
+	touch $(STAMP)
+
+apt:
+	bash scripts/apt-deps.sh vulkan browser
+
+setup: apt $(STAMP)
+
+demo: setup
+	$(VENV)/bin/tracker demo
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+shaders: apt
+	$(PY) -m gpu.build_shaders
+
+bench: setup
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .tracker build *.egg-info

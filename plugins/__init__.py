@@ -1,0 +1,1 @@
+"""Built-in plugins: plain modules with ``@hookimpl`` functions, registered by tracker.host."""

@@ -1,0 +1,1 @@
+"""Core CLI commands: each module has ``register(cli: click.Group)``."""

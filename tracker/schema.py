@@ -1,0 +1,135 @@
+"""The store's schema: numbered migrations and the views over visible rows.
+
+Tables (documented in README's "The store" section):
+
+* ``runs``          one row per run: project, name, status, config (JSON), tags, provenance
+* ``segments``      one row per (run, rank, segment): start step, last step, reason
+* ``metrics``       scalar rows: run_id, rank, segment, step, key, value, wall_time
+* ``class_metrics`` per-class rows: ... key, class_index, value ...
+* ``classes``       class names per run
+* ``events``        detector findings and ``run.event()`` rows
+* ``ingested_files`` spool files whose rows are in the tables (idempotent ingestion)
+* ``schema_migrations`` the migrations applied
+
+Views: ``curves`` and ``class_curves`` (visible rows only: a row of segment s is hidden
+when a later segment of the same run and rank starts at or before its step),
+``hidden_metrics`` (the superseded rows), ``segment_bounds`` and ``run_summary``.
+The view SQL names tables unqualified, so the same text serves the database file
+(for any SQL client) and a query connection's temp views that add the spool's rows.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import duckdb
+
+Migration = Callable[[duckdb.DuckDBPyConnection], None]
+MIGRATIONS: list[tuple[str, Migration]] = []
+MAX_STEP = 9223372036854775807
+
+
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append((fn.__name__, fn))
+    return fn
+
+
+TABLES_SQL = {
+    "runs": """
+        run_id VARCHAR PRIMARY KEY, project VARCHAR, name VARCHAR, status VARCHAR,
+        created_at TIMESTAMP, updated_at TIMESTAMP, config JSON, tags VARCHAR[],
+        host VARCHAR, git_commit VARCHAR, python VARCHAR, packages JSON, seed BIGINT,
+        world_size INTEGER""",
+    "segments": """
+        run_id VARCHAR, rank INTEGER, segment INTEGER, start_step BIGINT, end_step BIGINT,
+        started_at TIMESTAMP, ended_at TIMESTAMP, reason VARCHAR,
+        PRIMARY KEY (run_id, rank, segment)""",
+    "metrics": """
+        run_id VARCHAR, rank INTEGER, segment INTEGER, step BIGINT, key VARCHAR,
+        value DOUBLE, wall_time DOUBLE""",
+    "class_metrics": """
+        run_id VARCHAR, rank INTEGER, segment INTEGER, step BIGINT, key VARCHAR,
+        class_index INTEGER, value DOUBLE, wall_time DOUBLE""",
+    "classes": "run_id VARCHAR, class_index INTEGER, name VARCHAR, PRIMARY KEY (run_id, class_index)",
+    "events": """
+        run_id VARCHAR, rank INTEGER, segment INTEGER, step BIGINT, key VARCHAR, kind VARCHAR,
+        severity VARCHAR, message VARCHAR, data JSON, wall_time DOUBLE""",
+    "ingested_files": "name VARCHAR PRIMARY KEY, run_id VARCHAR, rows BIGINT, ingested_at TIMESTAMP",
+}
+
+VIEWS_SQL = {
+    "segment_bounds": f"""
+        SELECT run_id, rank, segment, start_step,
+               coalesce(min(start_step) OVER (
+                   PARTITION BY run_id, rank ORDER BY segment
+                   ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING), {MAX_STEP}) AS hidden_from
+        FROM segments""",
+    "curves": f"""
+        SELECT m.run_id, m.rank, m.segment, m.step, m.key, m.value, m.wall_time
+        FROM metrics m LEFT JOIN segment_bounds b
+          ON m.run_id = b.run_id AND m.rank = b.rank AND m.segment = b.segment
+        WHERE m.step < coalesce(b.hidden_from, {MAX_STEP})""",
+    "hidden_metrics": """
+        SELECT m.run_id, m.rank, m.segment, m.step, m.key, m.value, m.wall_time, b.hidden_from
+        FROM metrics m JOIN segment_bounds b
+          ON m.run_id = b.run_id AND m.rank = b.rank AND m.segment = b.segment
+        WHERE m.step >= b.hidden_from""",
+    "class_curves": f"""
+        SELECT m.run_id, m.rank, m.segment, m.step, m.key, m.class_index,
+               coalesce(c.name, CAST(m.class_index AS VARCHAR)) AS class_name, m.value, m.wall_time
+        FROM class_metrics m
+        LEFT JOIN segment_bounds b
+          ON m.run_id = b.run_id AND m.rank = b.rank AND m.segment = b.segment
+        LEFT JOIN classes c ON c.run_id = m.run_id AND c.class_index = m.class_index
+        WHERE m.step < coalesce(b.hidden_from, {MAX_STEP})""",
+    "run_summary": """
+        SELECT r.run_id, r.project, r.name, r.status, r.created_at, r.updated_at,
+               date_diff('millisecond', r.created_at, r.updated_at) / 1000.0 AS duration_s,
+               p.last_step, coalesce(p.n_points, 0) AS n_points,
+               coalesce(g.segments, 0) AS segments, r.tags, r.config
+        FROM runs r
+        LEFT JOIN (SELECT run_id, max(step) AS last_step, count(*) AS n_points
+                   FROM curves GROUP BY run_id) p ON p.run_id = r.run_id
+        LEFT JOIN (SELECT run_id, count(*) AS segments FROM segments GROUP BY run_id) g
+          ON g.run_id = r.run_id""",
+}
+
+
+@migration
+def m001_initial(con: duckdb.DuckDBPyConnection) -> None:
+    for name, cols in TABLES_SQL.items():
+        con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({cols})")
+    for name, sql in VIEWS_SQL.items():
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+
+
+@migration
+def m002_spool_state(con: duckdb.DuckDBPyConnection) -> None:
+    """Remember the spool metadata last ingested, so readers can skip the spool when current."""
+    con.execute("CREATE TABLE IF NOT EXISTS spool_state (id INTEGER PRIMARY KEY, fingerprint VARCHAR)")
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Apply the migrations not yet recorded; returns their names."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP)"
+    )
+    done = {r[0] for r in con.execute("SELECT name FROM schema_migrations").fetchall()}
+    applied = []
+    for name, fn in MIGRATIONS:
+        if name in done:
+            continue
+        con.execute("BEGIN")
+        fn(con)
+        con.execute("INSERT INTO schema_migrations VALUES (?, now())", [name])
+        con.execute("COMMIT")
+        applied.append(name)
+    return applied
+
+
+def is_current(con: duckdb.DuckDBPyConnection) -> bool:
+    try:
+        done = {r[0] for r in con.execute("SELECT name FROM schema_migrations").fetchall()}
+    except duckdb.Error:
+        return False
+    return all(name in done for name, _ in MIGRATIONS)

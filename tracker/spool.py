@@ -1,0 +1,271 @@
+"""Crash-safe, append-only spool of a run's data, written off the training thread.
+
+Layout under ``<home>/runs/<run_id>/``::
+
+    run.json                          run metadata and status (rank 0 owns it)
+    seg-r<rank>-s<segment>.json       one per segment: start step, reason, last step, heartbeat
+    r<rank>-s<segment>-<seq>.<table>.parquet   data chunks, table in metrics|class_metrics|events
+
+Rules:
+
+* Every file is written to a temporary name ``.<name>.<pid>.tmp`` in the same folder,
+  fsynced, then ``os.replace``d into place, so readers never see a torn file and a
+  crash leaves at most a temp file (cleaned by ingestion once its writer is gone).
+* Data files are immutable once renamed; ingestion records their names in the store
+  in the same transaction as their rows and removes them only after the commit.
+* Segment JSON files are never removed by ingestion: they are tiny and let a resuming
+  process compute its segment number and resume step without opening the database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracker.errors import ConfigError
+
+TABLES = ("metrics", "class_metrics", "events")
+DATA_RE = re.compile(r"^r(?P<rank>\d+)-s(?P<segment>\d+)-(?P<seq>\d+)\.(?P<table>[a-z_]+)\.parquet$")
+SEG_RE = re.compile(r"^seg-r(?P<rank>\d+)-s(?P<segment>\d+)\.json$")
+TMP_RE = re.compile(r"^\..+\.(?P<pid>\d+)\.tmp$")
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+METRICS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("segment", pa.int32()),
+        ("step", pa.int64()),
+        ("key", pa.string()),
+        ("value", pa.float64()),
+        ("wall_time", pa.float64()),
+    ]
+)
+CLASS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("segment", pa.int32()),
+        ("step", pa.int64()),
+        ("key", pa.string()),
+        ("class_index", pa.int32()),
+        ("value", pa.float64()),
+        ("wall_time", pa.float64()),
+    ]
+)
+EVENTS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("segment", pa.int32()),
+        ("step", pa.int64()),
+        ("key", pa.string()),
+        ("kind", pa.string()),
+        ("severity", pa.string()),
+        ("message", pa.string()),
+        ("data", pa.string()),
+        ("wall_time", pa.float64()),
+    ]
+)
+SCHEMAS = {"metrics": METRICS_SCHEMA, "class_metrics": CLASS_SCHEMA, "events": EVENTS_SCHEMA}
+
+
+def check_run_id(run_id: str) -> str:
+    """Validate a run id (it becomes a folder name)."""
+    if not isinstance(run_id, str) or not _RUN_ID_RE.match(run_id):
+        raise ConfigError(
+            f"run_id {run_id!r} is not valid; use 1-128 letters, digits, '_', '.', '-' "
+            "starting with a letter or digit"
+        )
+    return run_id
+
+
+def runs_dir(home: Path) -> Path:
+    return Path(home) / "runs"
+
+
+def run_dir(home: Path, run_id: str) -> Path:
+    return runs_dir(home) / check_run_id(run_id)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` via a temp name, fsync and ``os.replace``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        if durable:
+            fh.flush()
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    if durable:
+        _fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, obj: Any, durable: bool = True) -> None:
+    atomic_write_bytes(path, json.dumps(obj, default=str, allow_nan=True).encode(), durable)
+
+
+def atomic_write_table(path: Path, table: pa.Table) -> None:
+    """Write an Arrow table as a Parquet file, crash-safely."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table, tmp, compression="snappy", use_dictionary=["run_id", "key"])
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """Read a JSON file; None when it is missing or unreadable (a torn write cannot happen)."""
+    try:
+        with open(path, "rb") as fh:
+            return json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class SegmentInfo:
+    """One segment of one rank of a run: what ``seg-r<rank>-s<segment>.json`` holds."""
+
+    run_id: str
+    rank: int
+    segment: int
+    start_step: int
+    reason: str
+    started_at: float
+    last_step: int | None = None
+    ended_at: float | None = None
+    heartbeat: float = field(default_factory=time.time)
+    pid: int = field(default_factory=os.getpid)
+
+    def path(self, home: Path) -> Path:
+        return run_dir(home, self.run_id) / f"seg-r{self.rank}-s{self.segment:04d}.json"
+
+    def save(self, home: Path, durable: bool = True) -> None:
+        atomic_write_json(self.path(home), asdict(self), durable)
+
+
+def list_segments(home: Path, run_id: str) -> list[SegmentInfo]:
+    """All segments of a run found in its spool folder, ordered by (rank, segment)."""
+    folder = run_dir(home, run_id)
+    out: list[SegmentInfo] = []
+    if not folder.is_dir():
+        return out
+    for entry in os.scandir(folder):
+        if SEG_RE.match(entry.name):
+            raw = read_json(Path(entry.path))
+            if raw:
+                fields = SegmentInfo.__dataclass_fields__
+                out.append(SegmentInfo(**{k: v for k, v in raw.items() if k in fields}))
+    out.sort(key=lambda s: (s.rank, s.segment))
+    return out
+
+
+def visible_last_step(segments: Iterable[SegmentInfo]) -> int | None:
+    """The last step still visible after resumes: rows of a segment at or above a later
+    segment's start step are hidden, so each segment contributes at most ``next_start - 1``."""
+    segs = sorted(segments, key=lambda s: s.segment)
+    best: int | None = None
+    for i, seg in enumerate(segs):
+        if seg.last_step is None:
+            continue
+        later = [s.start_step for s in segs[i + 1 :]]
+        cut = min(later) if later else None
+        last = seg.last_step if cut is None else min(seg.last_step, cut - 1)
+        if last >= seg.start_step or cut is None:
+            best = last if best is None else max(best, last)
+    return best
+
+
+def data_files(home: Path) -> list[Path]:
+    """Every data chunk in the spool, all runs, ordered by name."""
+    root = runs_dir(home)
+    out: list[Path] = []
+    if not root.is_dir():
+        return out
+    for run in os.scandir(root):
+        if not run.is_dir():
+            continue
+        for entry in os.scandir(run.path):
+            if DATA_RE.match(entry.name):
+                out.append(Path(entry.path))
+    out.sort()
+    return out
+
+
+def table_of(path: Path) -> str:
+    m = DATA_RE.match(path.name)
+    return m.group("table") if m else ""
+
+
+def stale_temp_files(home: Path, max_age_s: float = 3600.0) -> list[Path]:
+    """Temp files whose writer process is gone (same host) or that are older than ``max_age_s``."""
+    root = runs_dir(home)
+    out: list[Path] = []
+    if not root.is_dir():
+        return out
+    now = time.time()
+    for run in os.scandir(root):
+        if not run.is_dir():
+            continue
+        for entry in os.scandir(run.path):
+            m = TMP_RE.match(entry.name)
+            if not m:
+                continue
+            pid = int(m.group("pid"))
+            try:
+                age = now - entry.stat().st_mtime
+            except OSError:
+                continue
+            if age > max_age_s or (pid != os.getpid() and not pid_alive(pid)):
+                out.append(Path(entry.path))
+    return out
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - someone else's live process
+        return True
+    return True
+
+
+def meta_fingerprint(home: Path) -> str:
+    """A digest of every run.json and segment JSON (names, sizes, mtimes) in the spool."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    root = runs_dir(home)
+    if root.is_dir():
+        for run in sorted(os.scandir(root), key=lambda e: e.name):
+            if not run.is_dir():
+                continue
+            for entry in sorted(os.scandir(run.path), key=lambda e: e.name):
+                if entry.name == "run.json" or SEG_RE.match(entry.name):
+                    st = entry.stat()
+                    h.update(f"{run.name}/{entry.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()

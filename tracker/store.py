@@ -1,0 +1,410 @@
+"""The DuckDB store: one file, short connections, idempotent ingestion of spool files.
+
+Rules:
+
+* DuckDB lets one process hold a file read-write, or many hold it read-only, never
+  both. Every connection here is short (open, work, close), opening retries on the
+  file lock and gives a clear :class:`StoreLockedError` after a bounded wait
+  (``TRACKER_LOCK_TIMEOUT`` seconds, default 15). Within a process, connections are
+  serialised by a lock, since DuckDB refuses two configurations of one file.
+* Ingestion (:meth:`Store.ingest`) inserts spool files' rows and records their names
+  in ``ingested_files`` in one transaction, then removes the files while still holding
+  the write lock. A crash between commit and removal leaves files whose names are
+  recorded: readers skip them and the next ingestion removes them. A file that cannot
+  be read is moved to ``<home>/corrupt/`` with a warning; nothing is deleted unread.
+* Queries (:meth:`Store.query`) open the file read-only and shadow the tables with
+  temp views that add the rows still in spool files, so they see everything flushed,
+  without waiting for ingestion and without blocking a training process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracker import schema, spool
+from tracker.errors import StoreError, StoreLockedError
+from tracker.events import Event
+from tracker.spool import SegmentInfo
+
+log = logging.getLogger(__name__)
+
+DB_NAME = "tracker.duckdb"
+STALE_HEARTBEAT_S = 300.0
+_PROCESS_LOCK = threading.RLock()
+_MIGRATED: set[Path] = set()
+
+
+def _ts(x: float | None) -> datetime | None:
+    return None if x is None else datetime.fromtimestamp(float(x), tz=timezone.utc).replace(tzinfo=None)
+
+
+def _lock_timeout() -> float:
+    return float(os.environ.get("TRACKER_LOCK_TIMEOUT", "15"))
+
+
+@dataclass
+class IngestReport:
+    files: int = 0
+    rows: int = 0
+    corrupt: int = 0
+    skipped_locked: bool = False
+
+
+class Store:
+    """The store under ``home``: the DuckDB file plus the spool of live runs."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None):
+        from tracker.run import home_dir
+
+        self.home = home_dir(home)
+        self.path = self.home / DB_NAME
+
+    # -- connections -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def connect(self, write: bool = False, timeout: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short connection; read-only unless ``write``. Retries on the file lock."""
+        with _PROCESS_LOCK:
+            if not write and not self.path.exists():
+                write = True  # the first connection creates and migrates the file
+            con = self._open(write, timeout)
+            try:
+                if self.path not in _MIGRATED:
+                    if write:
+                        schema.migrate(con)
+                    elif not schema.is_current(con):
+                        con.close()
+                        con = self._open(True, timeout)
+                        schema.migrate(con)
+                    _MIGRATED.add(self.path)
+                yield con
+            finally:
+                con.close()
+
+    def _open(self, write: bool, timeout: float | None) -> duckdb.DuckDBPyConnection:
+        if write:
+            self.home.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + (_lock_timeout() if timeout is None else timeout)
+        delay = 0.01
+        while True:
+            try:
+                return duckdb.connect(str(self.path), read_only=not write)
+            except duckdb.IOException as exc:
+                msg = str(exc)
+                if "lock" not in msg.lower() or time.monotonic() >= deadline:
+                    if "lock" in msg.lower():
+                        raise StoreLockedError(
+                            f"store {self.path} is locked by another process ({msg.splitlines()[0]}); "
+                            "it is retried for TRACKER_LOCK_TIMEOUT seconds: close the other writer "
+                            "or raise TRACKER_LOCK_TIMEOUT"
+                        ) from None
+                    raise StoreError(f"cannot open store {self.path}: {msg}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+
+    # -- ingestion ---------------------------------------------------------------------
+    def ingest(self, timeout: float | None = None) -> IngestReport:
+        """Move spool files into the tables (idempotent, crash-safe). See module doc."""
+        report = IngestReport()
+        for tmp in spool.stale_temp_files(self.home):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        files = spool.data_files(self.home)
+        try:
+            ctx = self.connect(write=True, timeout=timeout)
+            con = ctx.__enter__()
+        except StoreLockedError:
+            report.skipped_locked = True
+            return report
+        try:
+            done = self._already_ingested(con, files)
+            todo = [f for f in files if f.name not in done]
+            todo = self._set_aside_corrupt(todo, report)
+            con.execute("BEGIN")
+            try:
+                self._upsert_meta(con)
+                for table in spool.TABLES:
+                    paths = [str(p) for p in todo if spool.table_of(p) == table]
+                    if paths:
+                        cols = ", ".join(spool.SCHEMAS[table].names)
+                        order = "run_id, key, step" if table != "events" else "run_id, step"
+                        con.execute(
+                            f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?) "
+                            f"ORDER BY {order}",
+                            [paths],
+                        )
+                if todo:
+                    names = [p.name for p in todo]
+                    rows = [pq.read_metadata(p).num_rows for p in todo]
+                    runs = [p.parent.name for p in todo]
+                    con.register("_ingest", pa.table({"name": names, "run_id": runs, "rows": rows}))
+                    con.execute("INSERT INTO ingested_files SELECT name, run_id, rows, now() FROM _ingest")
+                    report.rows = sum(rows)
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+            report.files = len(todo)
+            for p in [*todo, *(f for f in files if f.name in done)]:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+        finally:
+            ctx.__exit__(None, None, None)
+        return report
+
+    def _already_ingested(self, con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> set[str]:
+        if not files:
+            return set()
+        rows = con.execute(
+            "SELECT name FROM ingested_files WHERE name IN (SELECT unnest(?))", [[f.name for f in files]]
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def _set_aside_corrupt(self, files: list[Path], report: IngestReport) -> list[Path]:
+        good = []
+        for path in files:
+            try:
+                meta = pq.read_metadata(path)
+                expected = spool.SCHEMAS[spool.table_of(path)]
+                if meta.schema.to_arrow_schema().names != expected.names:
+                    raise ValueError(f"columns {meta.schema.to_arrow_schema().names}")
+                pq.read_table(path)
+            except Exception as exc:
+                dest = self.home / "corrupt" / path.parent.name / path.name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(path), dest)
+                log.warning("tracker: corrupt spool file %s moved to %s (%s)", path, dest, exc)
+                report.corrupt += 1
+                continue
+            good.append(path)
+        return good
+
+    def _upsert_meta(self, con: duckdb.DuckDBPyConnection) -> None:
+        fingerprint = spool.meta_fingerprint(self.home)
+        runs, segs, classes = spool_meta(self.home)
+        con.execute("INSERT OR REPLACE INTO spool_state VALUES (1, ?)", [fingerprint])
+        for name, table, keys in (
+            ("runs", runs, ["run_id"]),
+            ("segments", segs, ["run_id", "rank", "segment"]),
+            ("classes", classes, ["run_id", "class_index"]),
+        ):
+            if table.num_rows == 0:
+                continue
+            con.register("_meta", table)
+            cols = ", ".join(table.column_names)
+            con.execute(f"INSERT OR REPLACE INTO {name} ({cols}) SELECT {cols} FROM _meta")
+            con.unregister("_meta")
+
+    # -- queries -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def reader(self, safe: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection whose tables and views include the spool's rows.
+
+        ``safe=True`` copies the spool rows into temp tables and then switches off
+        external access and locks the configuration (for user-typed SQL).
+        """
+        with self.connect(write=False) as con:
+            self._shadow(con, safe)
+            if safe:
+                con.execute("SET enable_external_access = false")
+                con.execute("SET lock_configuration = true")
+            yield con
+
+    def _shadow(self, con: duckdb.DuckDBPyConnection, materialize: bool) -> None:
+        db = con.execute("SELECT current_database()").fetchone()[0]
+        files = spool.data_files(self.home)
+        done = self._already_ingested(con, files)
+        pending = [f for f in files if f.name not in done]
+        if not pending:
+            row = con.execute("SELECT fingerprint FROM spool_state WHERE id = 1").fetchone()
+            if row and row[0] == spool.meta_fingerprint(self.home):
+                return  # everything is ingested: the database's own tables and views are current
+        runs, segs, classes = spool_meta(self.home)
+        kind = "TABLE" if materialize else "VIEW"
+        stmts: list[str] = []
+        for name, table, keys in (
+            ("runs", runs, ["run_id"]),
+            ("segments", segs, ["run_id", "rank", "segment"]),
+            ("classes", classes, ["run_id", "class_index"]),
+        ):
+            con.register(f"_spool_{name}", table)
+            on = " AND ".join(f"d.{k} = s.{k}" for k in keys)
+            stmts.append(
+                f"CREATE TEMP {kind} {name} AS SELECT d.* FROM \"{db}\".main.{name} d "
+                f"WHERE NOT EXISTS (SELECT 1 FROM _spool_{name} s WHERE {on}) "
+                f"UNION ALL BY NAME SELECT * FROM _spool_{name}"
+            )
+        for table in spool.TABLES:
+            paths = [str(p) for p in pending if spool.table_of(p) == table]
+            cols = ", ".join(spool.SCHEMAS[table].names)
+            sql = f'SELECT {cols} FROM "{db}".main.{table}'
+            if paths:
+                listing = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+                sql += f" UNION ALL SELECT {cols} FROM read_parquet({listing})"
+            stmts.append(f"CREATE TEMP {kind} {table} AS {sql}")
+        stmts.extend(f"CREATE TEMP VIEW {name} AS {sql}" for name, sql in schema.VIEWS_SQL.items())
+        con.execute(";\n".join(stmts))
+
+    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
+        """Run ``sql`` over everything logged so far; returns a polars DataFrame."""
+        with self.reader() as con:
+            try:
+                return con.execute(sql, params).pl() if params is not None else con.execute(sql).pl()
+            except duckdb.Error as exc:
+                raise StoreError(f"query failed: {str(exc).splitlines()[0]}\n  in: {sql.strip()[:200]}") from None
+
+    # -- writes ------------------------------------------------------------------------
+    def add_events(self, run_id: str, events: Sequence[Event], rank: int = 0, segment: int | None = None) -> int:
+        """Insert events for a run (offline analysis); returns how many."""
+        if not events:
+            return 0
+        import json
+
+        rows = pa.table(
+            {
+                "run_id": [run_id] * len(events),
+                "rank": pa.array([rank] * len(events), pa.int32()),
+                "segment": pa.array([segment if segment is not None else -1] * len(events), pa.int32()),
+                "step": pa.array([e.step for e in events], pa.int64()),
+                "key": [e.key for e in events],
+                "kind": [e.kind for e in events],
+                "severity": [e.severity for e in events],
+                "message": [e.message for e in events],
+                "data": [json.dumps(e.data, default=float) for e in events],
+                "wall_time": [time.time()] * len(events),
+            }
+        )
+        with self.connect(write=True) as con:
+            con.register("_ev", rows)
+            con.execute(f"INSERT INTO events ({', '.join(rows.column_names)}) SELECT * FROM _ev")
+        return len(events)
+
+    def set_status(self, run_id: str, status: str) -> None:
+        """Set a run's status in its spool metadata and in the database."""
+        path = spool.run_dir(self.home, run_id) / "run.json"
+        meta = spool.read_json(path)
+        if meta is not None:
+            meta["status"] = status
+            spool.atomic_write_json(path, meta)
+        with self.connect(write=True) as con:
+            con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [status, run_id])
+
+    def delete_run(self, run_id: str) -> int:
+        """Remove a run everywhere (tables and spool folder). Returns rows removed."""
+        n = 0
+        with self.connect(write=True) as con:
+            for table in ("metrics", "class_metrics", "events", "segments", "classes", "ingested_files", "runs"):
+                n += con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
+        folder = spool.run_dir(self.home, run_id)
+        if folder.exists():
+            shutil.rmtree(folder)
+        return n
+
+
+def spool_meta(home: Path) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Runs, segments and classes as recorded in the spool's JSON files."""
+    root = spool.runs_dir(home)
+    runs: list[dict[str, Any]] = []
+    segs: list[SegmentInfo] = []
+    classes: list[tuple[str, int, str]] = []
+    if root.is_dir():
+        for entry in os.scandir(root):
+            meta = spool.read_json(Path(entry.path) / "run.json") if entry.is_dir() else None
+            if not meta:
+                continue
+            run_segs = spool.list_segments(home, entry.name)
+            segs.extend(run_segs)
+            runs.append(_run_row(meta, run_segs))
+            classes.extend((meta["run_id"], i, n) for i, n in enumerate(meta.get("classes") or []))
+    return _runs_table(runs), _segments_table(segs), pa.table(
+        {
+            "run_id": pa.array([c[0] for c in classes], pa.string()),
+            "class_index": pa.array([c[1] for c in classes], pa.int32()),
+            "name": pa.array([c[2] for c in classes], pa.string()),
+        }
+    )
+
+
+def _run_row(meta: dict[str, Any], segs: list[SegmentInfo]) -> dict[str, Any]:
+    import json
+
+    heartbeat = max((s.heartbeat for s in segs), default=meta.get("created_at", 0.0))
+    status = meta.get("status", "running")
+    if status == "running" and not any(s.ended_at is None and _alive(s, meta) for s in segs):
+        status = "crashed"
+    return {
+        "run_id": meta["run_id"],
+        "project": meta.get("project"),
+        "name": meta.get("name"),
+        "status": status,
+        "created_at": _ts(meta.get("created_at")),
+        "updated_at": _ts(max(heartbeat, meta.get("updated_at", 0.0))),
+        "config": json.dumps(meta.get("config", {}), default=str),
+        "tags": [str(t) for t in meta.get("tags", [])],
+        "host": meta.get("host"),
+        "git_commit": meta.get("git_commit"),
+        "python": meta.get("python"),
+        "packages": json.dumps(meta.get("packages", {})),
+        "seed": meta.get("seed") if isinstance(meta.get("seed"), int) else None,
+        "world_size": meta.get("world_size"),
+    }
+
+
+def _alive(seg: SegmentInfo, meta: dict[str, Any]) -> bool:
+    """Is the process writing ``seg`` still there? Same host: pid check; else heartbeat."""
+    import socket
+
+    if meta.get("host") == socket.gethostname():
+        return spool.pid_alive(seg.pid)
+    return time.time() - seg.heartbeat < STALE_HEARTBEAT_S
+
+
+def _runs_table(rows: list[dict[str, Any]]) -> pa.Table:
+    schema_ = pa.schema(
+        [
+            ("run_id", pa.string()), ("project", pa.string()), ("name", pa.string()),
+            ("status", pa.string()), ("created_at", pa.timestamp("us")), ("updated_at", pa.timestamp("us")),
+            ("config", pa.string()), ("tags", pa.list_(pa.string())), ("host", pa.string()),
+            ("git_commit", pa.string()), ("python", pa.string()), ("packages", pa.string()),
+            ("seed", pa.int64()), ("world_size", pa.int32()),
+        ]
+    )
+    return pa.Table.from_pylist(rows, schema=schema_)
+
+
+def _segments_table(segs: list[SegmentInfo]) -> pa.Table:
+    return pa.table(
+        {
+            "run_id": pa.array([s.run_id for s in segs], pa.string()),
+            "rank": pa.array([s.rank for s in segs], pa.int32()),
+            "segment": pa.array([s.segment for s in segs], pa.int32()),
+            "start_step": pa.array([s.start_step for s in segs], pa.int64()),
+            "end_step": pa.array([s.last_step for s in segs], pa.int64()),
+            "started_at": pa.array([_ts(s.started_at) for s in segs], pa.timestamp("us")),
+            "ended_at": pa.array([_ts(s.ended_at) for s in segs], pa.timestamp("us")),
+            "reason": pa.array([s.reason for s in segs], pa.string()),
+        }
+    )
+
+
+def open_store(home: str | os.PathLike[str] | None = None) -> Store:
+    """The store under ``home`` (default ``$TRACKER_HOME`` or ``./.tracker``)."""
+    return Store(home)
+
+
+def query(sql: str, params: Sequence[Any] | dict[str, Any] | None = None, home: str | os.PathLike[str] | None = None) -> pl.DataFrame:
+    """Run SQL over the store (ingested rows and rows still in spool files); returns polars."""
+    return Store(home).query(sql, params)
