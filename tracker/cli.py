@@ -74,3 +74,7 @@ def build_cli() -> click.Group:
 def main(argv: list[str] | None = None) -> None:
     build_cli()
     cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="tracker")
+
+
+if __name__ == "__main__":  # python -m tracker.cli
+    main()

@@ -129,14 +129,34 @@ def make_plugin_manager(
                 continue
             try:
                 pm.register(ep.load(), name=ep.name)
+                if ep.dist is not None:
+                    _DIST_VERSIONS[ep.name] = ep.dist.version
             except Exception as exc:
                 failures[ep.name] = f"load failed: {type(exc).__name__}: {exc}"
                 log.warning("plugin %s disabled: %s", ep.name, failures[ep.name])
-    pm.check_pending()
+    _check_pending(pm, failures)
     return pm
 
 
+def _check_pending(pm: pluggy.PluginManager, failures: dict[str, str]) -> None:
+    """``pm.check_pending()``, but a plugin with a misspelled hook is disabled, not fatal."""
+    while True:
+        try:
+            pm.check_pending()
+            return
+        except pluggy.PluginValidationError as exc:
+            name = pm.get_name(exc.plugin) or str(exc.plugin)
+            failures[name] = f"invalid hook implementation: {exc}"
+            log.warning("plugin %s disabled: %s", name, failures[name])
+            pm.unregister(exc.plugin)
+
+
+_DIST_VERSIONS: dict[str, str] = {}
+
+
 def _plugin_version(pm: pluggy.PluginManager, name: str) -> str:
+    if name in _DIST_VERSIONS:
+        return _DIST_VERSIONS[name]
     plugin = pm.get_plugin(name)
     for dist_plugin, dist in pm.list_plugin_distinfo():
         if dist_plugin is plugin:
@@ -168,7 +188,7 @@ class Host:
             self._filled = True
             for kind in KINDS:
                 hook = getattr(self.pm.hook, f"tracker_register_{kind}")
-                for impl in reversed(hook.get_hookimpls()):  # registration order
+                for impl in hook.get_hookimpls():  # registration order
                     if self.pm.get_name(impl.plugin) in self.failures:
                         continue
                     self._call_register(kind, impl)

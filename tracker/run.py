@@ -33,11 +33,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from tracker.dist import rank_world
 from tracker.errors import ConfigError, RunError
 from tracker.events import Event
 from tracker.loggers import DEFAULT_LOGGERS, Batch
+from tracker.runmeta import RunMeta
 from tracker.spool import (
     CLASS_SCHEMA,
     EVENTS_SCHEMA,
@@ -149,6 +151,7 @@ class Run:
         self.meta: dict[str, Any] = {}
         self._next_step = start_step
         self._last_step: int | None = None
+        self._written_step: int | None = None
         self._buf: list[tuple[int, float, tuple[str, ...], list[float]]] = []
         self._cbuf: list[tuple[int, float, str, np.ndarray]] = []
         self._ebuf: list[tuple[Any, ...]] = []
@@ -158,6 +161,7 @@ class Run:
         self._logger_names = list(loggers)
         self._sessions: list[tuple[str, Any]] = []
         self._analyzer: Any = None
+        self._meta: RunMeta | None = None
         self._seq = 0
         self._lock = threading.Lock()  # serialises flushes, never held by log()
         self._wake = threading.Event()
@@ -198,10 +202,8 @@ class Run:
         if not names:
             raise ConfigError("run.set_classes: names is empty; pass one name per class")
         self.classes = names
-        for session in self._sessions:
-            setter = getattr(session[1], "set_classes", None)
-            if setter is not None:
-                setter(names)
+        if self._meta is not None:
+            self._meta.update(classes=names)
 
     def log_classes(self, key: str, values: Any, step: int | None = None) -> None:
         """Log a per-class vector (length C) under ``key`` at ``step``."""
@@ -268,6 +270,8 @@ class Run:
         self._flush()
         if self.status == "running" or status != "finished":
             self.status = status
+        if self._meta is not None:
+            self._meta.ended(self.status)
         for name, session in self._sessions:
             try:
                 session.close(self.status)
@@ -299,6 +303,7 @@ class Run:
         return int(step)
 
     def _step_before_segment(self, step: int) -> None:
+        self._check_step(step)
         raise RunError(
             f"step {step} is before this segment's start step {self.start_step} (run {self.run_id!r} "
             f"resumed at {self.start_step}); log steps >= {self.start_step} or resume at an earlier step"
@@ -357,14 +362,26 @@ class Run:
             ebuf.extend(self._analyze(metrics, classes))
             events = self._events_table(ebuf) if ebuf else None
             changed = self.status if self.status != status_before else None
-            batch = Batch(self._seq, metrics, classes, events, self._last_step, changed)
+            batch = Batch(self._seq, metrics, classes, events, self._flushed_step(metrics, classes), changed)
             self._seq += 1
+            if self._meta is not None:
+                self._meta.flushed(batch.last_step)
+                if changed and self.rank == 0:
+                    self._meta.update(status=changed)
             for name, session in list(self._sessions):
                 try:
                     session.write(batch)
                 except Exception as exc:
                     log.error("logger %s failed on run %s and is dropped: %s", name, self.run_id, exc)
                     self._sessions.remove((name, session))
+
+    def _flushed_step(self, metrics: pa.Table | None, classes: pa.Table | None) -> int | None:
+        """The last step written so far (from the rows themselves: log() may run concurrently)."""
+        for table in (metrics, classes):
+            if table is not None and table.num_rows:
+                top = pa.compute.max(table.column("step")).as_py()
+                self._written_step = top if self._written_step is None else max(self._written_step, top)
+        return self._written_step
 
     def _const(self, n: int) -> list[pa.Array]:
         return [
@@ -557,6 +574,7 @@ def init(
         "seed": seed if seed is not None else cfg.get("seed"),
         "pid": os.getpid(),
     }
+    run._meta = RunMeta(run)
     _open_sessions(run)
     _LIVE.add(run)
     run._start()

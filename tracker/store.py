@@ -48,6 +48,11 @@ _PROCESS_LOCK = threading.RLock()
 _MIGRATED: set[Path] = set()
 
 
+def _file_key(path: Path) -> str:
+    """A spool file's name in ``ingested_files``: ``<run_id>/<file name>``."""
+    return f"{path.parent.name}/{path.name}"
+
+
 def _ts(x: float | None) -> datetime | None:
     return None if x is None else datetime.fromtimestamp(float(x), tz=timezone.utc).replace(tzinfo=None)
 
@@ -131,7 +136,7 @@ class Store:
             return report
         try:
             done = self._already_ingested(con, files)
-            todo = [f for f in files if f.name not in done]
+            todo = [f for f in files if _file_key(f) not in done]
             todo = self._set_aside_corrupt(todo, report)
             con.execute("BEGIN")
             try:
@@ -147,7 +152,7 @@ class Store:
                             [paths],
                         )
                 if todo:
-                    names = [p.name for p in todo]
+                    names = [_file_key(p) for p in todo]
                     rows = [pq.read_metadata(p).num_rows for p in todo]
                     runs = [p.parent.name for p in todo]
                     con.register("_ingest", pa.table({"name": names, "run_id": runs, "rows": rows}))
@@ -158,7 +163,7 @@ class Store:
                 con.execute("ROLLBACK")
                 raise
             report.files = len(todo)
-            for p in [*todo, *(f for f in files if f.name in done)]:
+            for p in [*todo, *(f for f in files if _file_key(f) in done)]:
                 with contextlib.suppress(OSError):
                     p.unlink()
         finally:
@@ -169,7 +174,7 @@ class Store:
         if not files:
             return set()
         rows = con.execute(
-            "SELECT name FROM ingested_files WHERE name IN (SELECT unnest(?))", [[f.name for f in files]]
+            "SELECT name FROM ingested_files WHERE name IN (SELECT unnest(?))", [[_file_key(f) for f in files]]
         ).fetchall()
         return {r[0] for r in rows}
 
@@ -227,7 +232,7 @@ class Store:
         db = con.execute("SELECT current_database()").fetchone()[0]
         files = spool.data_files(self.home)
         done = self._already_ingested(con, files)
-        pending = [f for f in files if f.name not in done]
+        pending = [f for f in files if _file_key(f) not in done]
         if not pending:
             row = con.execute("SELECT fingerprint FROM spool_state WHERE id = 1").fetchone()
             if row and row[0] == spool.meta_fingerprint(self.home):

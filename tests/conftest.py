@@ -1,0 +1,45 @@
+"""Shared fixtures: each test gets a fresh store folder and a fresh plugin host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tracker.host import Host, set_host
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh TRACKER_HOME for every test; only the store logger unless a test says so."""
+    h = tmp_path / "tracker-home"
+    monkeypatch.setenv("TRACKER_HOME", str(h))
+    monkeypatch.setenv("TRACKER_LOGGERS", "store")
+    monkeypatch.delenv("TRACKER_DISABLE_PLUGINS", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("TRACKER_RUN_ID", raising=False)
+    return h
+
+
+@pytest.fixture(autouse=True)
+def fresh_host() -> Iterator[None]:
+    """A new process-wide host per test (built lazily from the default plugins)."""
+    old = set_host(None)
+    yield
+    set_host(old)
+
+
+@pytest.fixture
+def host() -> Host:
+    from tracker.host import get_host
+
+    return get_host()
+
+
+@pytest.fixture
+def coco_dir() -> Path:
+    return SHARED / "coco"

@@ -1,0 +1,157 @@
+"""The DuckDB store: migrations, ingestion, spool visibility, corrupt files, the file lock."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import tracker
+from tracker import spool
+from tracker.errors import StoreError, StoreLockedError
+from tracker.schema import MIGRATIONS
+from tracker.store import Store
+
+
+def _run(run_id: str = "r", steps: int = 10, finish: bool = True, **kw: object) -> tracker.Run:
+    run = tracker.init("p", run_id=run_id, **kw)
+    for s in range(steps):
+        run.log({"loss": float(s), "aux": 1.0}, step=s)
+    if finish:
+        run.finish()
+    else:
+        run.flush()
+    return run
+
+
+def test_migrations_are_recorded(home: Path) -> None:
+    store = Store()
+    store.query("SELECT 1")
+    names = store.query("SELECT name FROM schema_migrations ORDER BY name")["name"].to_list()
+    assert names == [n for n, _ in MIGRATIONS]
+    con = duckdb.connect(str(store.path), read_only=True)  # any SQL client sees the views
+    assert con.execute("SELECT count(*) FROM curves").fetchone() == (0,)
+    con.close()
+
+
+def test_queries_see_spooled_rows_before_ingestion(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACKER_INGEST_ON_FINISH", "0")
+    run = _run(finish=False)
+    assert len(spool.data_files(run.home)) >= 1
+    assert tracker.query("SELECT count(*) AS n FROM curves")["n"][0] == 20
+    run.finish()
+    assert tracker.query("SELECT status FROM runs")["status"][0] == "finished"
+    report = Store().ingest()
+    assert report.files >= 1 and report.rows == 20
+    assert spool.data_files(run.home) == []
+    assert tracker.query("SELECT count(*) AS n FROM curves")["n"][0] == 20
+
+
+def test_ingestion_is_idempotent_after_a_crash_between_commit_and_delete(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TRACKER_INGEST_ON_FINISH", "0")
+    run = _run()
+    files = spool.data_files(run.home)
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    for f in files:
+        shutil.copy(f, saved / f.name)
+    Store().ingest()
+    for f in files:  # as if the process died after COMMIT, before removing the files
+        shutil.copy(saved / f.name, f)
+    assert tracker.query("SELECT count(*) AS n FROM metrics")["n"][0] == 20  # readers skip them
+    report = Store().ingest()
+    assert report.files == 0
+    assert spool.data_files(run.home) == []
+    assert tracker.query("SELECT count(*) AS n FROM metrics")["n"][0] == 20
+
+
+def test_corrupt_segment_is_moved_aside_and_nothing_else_lost(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("TRACKER_INGEST_ON_FINISH", "0")
+    run = _run()
+    bad = spool.run_dir(run.home, "r") / "r0-s0000-000099.metrics.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet")
+    report = Store().ingest()
+    assert report.corrupt == 1 and report.rows == 20
+    moved = run.home / "corrupt" / "r" / bad.name
+    assert moved.read_bytes() == b"PAR1 this is not parquet"
+    assert "corrupt spool file" in caplog.text
+    assert tracker.query("SELECT count(*) AS n FROM curves")["n"][0] == 20
+
+
+def test_stale_temp_files_are_cleaned(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run()
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(proc.stdout)
+    tmp = spool.run_dir(run.home, "r") / f".r0-s0000-000005.metrics.parquet.{dead_pid}.tmp"
+    tmp.write_bytes(b"half written")
+    live = spool.run_dir(run.home, "r") / f".r0-s0000-000006.metrics.parquet.{os.getpid()}.tmp"
+    live.write_bytes(b"being written")
+    Store().ingest()
+    assert not tmp.exists()
+    assert live.exists()  # its writer is alive
+
+
+def test_lock_is_retried_then_fails_clearly(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    Store().query("SELECT 1")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import duckdb, time; c = duckdb.connect({str(home / 'tracker.duckdb')!r}); print('held', flush=True); time.sleep(3)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    monkeypatch.setenv("TRACKER_LOCK_TIMEOUT", "0.3")
+    t0 = time.monotonic()
+    with pytest.raises(StoreLockedError, match="locked by another process.*TRACKER_LOCK_TIMEOUT"):
+        tracker.query("SELECT 1")
+    assert time.monotonic() - t0 < 2.5
+    monkeypatch.setenv("TRACKER_LOCK_TIMEOUT", "20")
+    assert tracker.query("SELECT 42 AS x")["x"][0] == 42  # waits for the holder to go
+    holder.wait(timeout=30)
+
+
+def test_bad_sql_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match="query failed"):
+        tracker.query("SELECT * FROM no_such_table")
+
+
+def test_delete_run_removes_rows_and_spool() -> None:
+    run = _run("gone")
+    _run("kept")
+    n = Store().delete_run("gone")
+    assert n > 0
+    assert not spool.run_dir(run.home, "gone").exists()
+    assert tracker.query("SELECT DISTINCT run_id FROM curves")["run_id"].to_list() == ["kept"]
+
+
+def test_query_params_and_polars_result() -> None:
+    _run()
+    df = tracker.query("SELECT step FROM curves WHERE key = ? AND step >= ? ORDER BY step", ["loss", 7])
+    assert df["step"].to_list() == [7, 8, 9]
+    assert type(df).__module__.startswith("polars")
+
+
+def test_killed_process_run_is_reported_crashed(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    code = (
+        "import os, tracker; r = tracker.init('p', run_id='k'); r.log({'loss': 1.0}, step=0); r.flush(); "
+        "os._exit(0)"
+    )
+    env = {**os.environ, "TRACKER_HOME": str(home)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    assert tracker.query("SELECT status FROM runs WHERE run_id = 'k'")["status"][0] == "crashed"
+
+
+def test_runs_with_same_chunk_names_are_both_ingested() -> None:
+    _run("a")
+    _run("b")
+    counts = tracker.query("SELECT run_id, count(*) AS n FROM metrics GROUP BY run_id ORDER BY run_id")
+    assert counts.rows() == [("a", 20), ("b", 20)]

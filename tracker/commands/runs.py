@@ -1,0 +1,141 @@
+"""``tracker runs list|show|rm``, ``tracker export`` and ``tracker ingest``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tracker.cli import friendly
+from tracker.commands._output import format_option, print_frame
+from tracker.errors import RunError
+from tracker.store import Store
+
+home_option = click.option(
+    "--home", type=click.Path(file_okay=False), envvar="TRACKER_HOME", default=None,
+    help="Store folder (default: $TRACKER_HOME or ./.tracker).",
+)
+
+
+def _store(home: str | None) -> Store:
+    store = Store(home)
+    if not store.path.exists() and not (store.home / "runs").exists():
+        raise click.ClickException(f"No store found at {store.home}; log a run first or pass --home / TRACKER_HOME")
+    store.ingest(timeout=1.0)
+    return store
+
+
+def _check_run(store: Store, run_id: str) -> None:
+    if store.query("SELECT count(*) AS n FROM runs WHERE run_id = ?", [run_id])["n"][0] == 0:
+        ids = store.query("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 10")["run_id"].to_list()
+        raise RunError(f"Unknown run {run_id!r}; recent runs: {', '.join(ids) or 'none'}")
+
+
+@click.group()
+def runs() -> None:
+    """List, show and remove runs."""
+
+
+@runs.command("list")
+@home_option
+@click.option("--project", default=None, help="Only runs of this project.")
+@click.option("--status", default=None, help="Only runs with this status.")
+@format_option
+@friendly
+def list_runs(home: str | None, project: str | None, status: str | None, fmt: str) -> None:
+    """One line per run, newest first."""
+    store = _store(home)
+    df = store.query(
+        "SELECT run_id, project, name, status, strftime(created_at, '%Y-%m-%d %H:%M') AS created, "
+        "round(duration_s, 1) AS duration_s, "
+        "last_step, n_points, segments, tags FROM run_summary "
+        "WHERE (? IS NULL OR project = ?) AND (? IS NULL OR status = ?) ORDER BY created_at DESC",
+        [project, project, status, status],
+    )
+    print_frame(df, fmt, title=f"runs in {store.home}")
+
+
+@runs.command("show")
+@click.argument("run_id")
+@home_option
+@format_option
+@friendly
+def show_run(run_id: str, home: str | None, fmt: str) -> None:
+    """A run's metadata, segments and keys."""
+    store = _store(home)
+    _check_run(store, run_id)
+    info = store.query("SELECT * FROM run_summary WHERE run_id = ?", [run_id])
+    segs = store.query("SELECT rank, segment, start_step, end_step, reason, started_at, ended_at FROM segments WHERE run_id = ? ORDER BY rank, segment", [run_id])
+    keys = store.query(
+        "SELECT key, count(*) AS points, min(step) AS first_step, max(step) AS last_step, "
+        "arg_max(value, step) AS last_value, min(value) AS min_value FROM curves WHERE run_id = ? "
+        "GROUP BY key ORDER BY key",
+        [run_id],
+    )
+    if fmt == "json":
+        import json
+
+        out = {"run": info.to_dicts()[0], "segments": segs.to_dicts(), "keys": keys.to_dicts()}
+        sys.stdout.write(json.dumps(out, default=str, indent=2) + "\n")
+        return
+    for title, df in (("run", info), ("segments", segs), ("keys", keys)):
+        print_frame(df, fmt, title=title)
+
+
+@runs.command("rm")
+@click.argument("run_ids", nargs=-1, required=True)
+@home_option
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@friendly
+def rm_runs(run_ids: tuple[str, ...], home: str | None, yes: bool) -> None:
+    """Remove runs and all their rows."""
+    store = _store(home)
+    for run_id in run_ids:
+        _check_run(store, run_id)
+    if not yes:
+        click.confirm(f"Remove {len(run_ids)} run(s) and all their rows?", abort=True)
+    for run_id in run_ids:
+        n = store.delete_run(run_id)
+        click.echo(f"removed run {run_id} ({n} rows)")
+
+
+@click.command("export")
+@click.argument("run_id")
+@home_option
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="File to write (default: stdout for csv, <run>.parquet).")
+@click.option("--all-rows", is_flag=True, help="Include rows hidden by a resume.")
+@friendly
+def export(run_id: str, home: str | None, fmt: str, output: str | None, all_rows: bool) -> None:
+    """Export a run's scalar rows (visible ones unless --all-rows)."""
+    store = _store(home)
+    _check_run(store, run_id)
+    source = "metrics" if all_rows else "curves"
+    df = store.query(f"SELECT step, key, value, wall_time, rank, segment FROM {source} WHERE run_id = ? ORDER BY key, step, rank", [run_id])
+    if fmt == "parquet":
+        path = Path(output or f"{run_id}.parquet")
+        df.write_parquet(path)
+        click.echo(f"wrote {df.height} rows to {path}", err=True)
+    elif output:
+        df.write_csv(output)
+        click.echo(f"wrote {df.height} rows to {output}", err=True)
+    else:
+        sys.stdout.write(df.write_csv())
+
+
+@click.command("ingest")
+@home_option
+@friendly
+def ingest(home: str | None) -> None:
+    """Move spooled rows of live or crashed runs into the database now."""
+    report = Store(home).ingest()
+    if report.skipped_locked:
+        raise click.ClickException("the store is locked by another process; try again")
+    click.echo(f"ingested {report.files} files ({report.rows} rows); {report.corrupt} corrupt files set aside")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(runs)
+    cli.add_command(export)
+    cli.add_command(ingest)
