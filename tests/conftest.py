@@ -31,6 +31,9 @@ def fresh_host() -> Iterator[None]:
     old = set_host(None)
     yield
     set_host(old)
+    from tracker.store import release
+
+    release()
 
 
 @pytest.fixture

@@ -48,6 +48,54 @@ _PROCESS_LOCK = threading.RLock()
 _MIGRATED: set[Path] = set()
 
 
+class _ReaderCache:
+    """At most one idle read-only connection per process, closed after a short idle time."""
+
+    def __init__(self) -> None:
+        self.entry: tuple[Path, Any, duckdb.DuckDBPyConnection] | None = None
+        self.timer: threading.Timer | None = None
+
+    def take(self, path: Path, state: Any) -> duckdb.DuckDBPyConnection | None:
+        if self.entry is None:
+            return None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        cached_path, cached_state, con = self.entry
+        if cached_path == path and cached_state == state:
+            self.entry = None
+            return con
+        self.drop()
+        return None
+
+    def keep(self, path: Path, state: Any, con: duckdb.DuckDBPyConnection) -> None:
+        idle = float(os.environ.get("TRACKER_READER_IDLE_S", "0.5"))
+        if idle <= 0:
+            con.close()
+            return
+        self.drop()
+        self.entry = (path, state, con)
+        self.timer = threading.Timer(idle, self._expire, args=(con,))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _expire(self, con: duckdb.DuckDBPyConnection) -> None:
+        with _PROCESS_LOCK:
+            if self.entry is not None and self.entry[2] is con:
+                self.drop()
+
+    def drop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.entry is not None:
+            self.entry[2].close()
+            self.entry = None
+
+
+_READERS = _ReaderCache()
+
+
 def _file_key(path: Path) -> str:
     """A spool file's name in ``ingested_files``: ``<run_id>/<file name>``."""
     return f"{path.parent.name}/{path.name}"
@@ -79,22 +127,32 @@ class Store:
         self.path = self.home / DB_NAME
 
     # -- connections -----------------------------------------------------------------
+    def _connection(self, write: bool, timeout: float | None) -> duckdb.DuckDBPyConnection:
+        """Open (retrying on the lock) and migrate once per process. Caller holds _PROCESS_LOCK."""
+        if not write and not self.path.exists():
+            write = True  # the first connection creates and migrates the file
+        con = self._open(write, timeout)
+        if self.path not in _MIGRATED:
+            try:
+                if write:
+                    schema.migrate(con)
+                elif not schema.is_current(con):
+                    con.close()
+                    con = self._open(True, timeout)
+                    schema.migrate(con)
+            except Exception:
+                con.close()
+                raise
+            _MIGRATED.add(self.path)
+        return con
+
     @contextlib.contextmanager
     def connect(self, write: bool = False, timeout: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short connection; read-only unless ``write``. Retries on the file lock."""
         with _PROCESS_LOCK:
-            if not write and not self.path.exists():
-                write = True  # the first connection creates and migrates the file
-            con = self._open(write, timeout)
+            _READERS.drop()
+            con = self._connection(write, timeout)
             try:
-                if self.path not in _MIGRATED:
-                    if write:
-                        schema.migrate(con)
-                    elif not schema.is_current(con):
-                        con.close()
-                        con = self._open(True, timeout)
-                        schema.migrate(con)
-                    _MIGRATED.add(self.path)
                 yield con
             finally:
                 con.close()
@@ -219,17 +277,36 @@ class Store:
         """A read-only connection whose tables and views include the spool's rows.
 
         ``safe=True`` copies the spool rows into temp tables and then switches off
-        external access and locks the configuration (for user-typed SQL).
+        external access and locks the configuration (for user-typed SQL). Otherwise
+        the connection is kept for ``TRACKER_READER_IDLE_S`` (default 0.5 s) after use,
+        so a burst of queries opens the file once; it is reused only while the spool
+        is unchanged, and dropped before any write in this process.
         """
-        with self.connect(write=False) as con:
-            self._shadow(con, safe)
-            if safe:
-                con.execute("SET enable_external_access = false")
-                con.execute("SET lock_configuration = true")
-            yield con
+        with _PROCESS_LOCK:
+            state = (tuple(spool.data_files(self.home)), spool.meta_fingerprint(self.home))
+            con = None if safe else _READERS.take(self.path, state)
+            if con is None:
+                _READERS.drop()
+                con = self._connection(False, None)
+                try:
+                    self._shadow(con, safe)
+                    if safe:
+                        con.execute("SET enable_external_access = false")
+                        con.execute("SET lock_configuration = true")
+                except Exception:
+                    con.close()
+                    raise
+            keep = False
+            try:
+                yield con
+                keep = not safe
+            finally:
+                if keep:
+                    _READERS.keep(self.path, state, con)
+                else:
+                    con.close()
 
     def _shadow(self, con: duckdb.DuckDBPyConnection, materialize: bool) -> None:
-        db = con.execute("SELECT current_database()").fetchone()[0]
         files = spool.data_files(self.home)
         done = self._already_ingested(con, files)
         pending = [f for f in files if _file_key(f) not in done]
@@ -237,6 +314,7 @@ class Store:
             row = con.execute("SELECT fingerprint FROM spool_state WHERE id = 1").fetchone()
             if row and row[0] == spool.meta_fingerprint(self.home):
                 return  # everything is ingested: the database's own tables and views are current
+        db = con.execute("SELECT current_database()").fetchone()[0]
         runs, segs, classes = spool_meta(self.home)
         kind = "TABLE" if materialize else "VIEW"
         stmts: list[str] = []
@@ -403,6 +481,12 @@ def _segments_table(segs: list[SegmentInfo]) -> pa.Table:
             "reason": pa.array([s.reason for s in segs], pa.string()),
         }
     )
+
+
+def release() -> None:
+    """Close this process's idle cached reader now (before another tool opens the file)."""
+    with _PROCESS_LOCK:
+        _READERS.drop()
 
 
 def open_store(home: str | os.PathLike[str] | None = None) -> Store:

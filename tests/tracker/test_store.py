@@ -16,7 +16,7 @@ import tracker
 from tracker import spool
 from tracker.errors import StoreError, StoreLockedError
 from tracker.schema import MIGRATIONS
-from tracker.store import Store
+from tracker.store import Store, release
 
 
 def _run(run_id: str = "r", steps: int = 10, finish: bool = True, **kw: object) -> tracker.Run:
@@ -35,6 +35,7 @@ def test_migrations_are_recorded(home: Path) -> None:
     store.query("SELECT 1")
     names = store.query("SELECT name FROM schema_migrations ORDER BY name")["name"].to_list()
     assert names == [n for n, _ in MIGRATIONS]
+    release()
     con = duckdb.connect(str(store.path), read_only=True)  # any SQL client sees the views
     assert con.execute("SELECT count(*) FROM curves").fetchone() == (0,)
     con.close()
@@ -103,6 +104,7 @@ def test_stale_temp_files_are_cleaned(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_lock_is_retried_then_fails_clearly(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     Store().query("SELECT 1")
+    release()
     holder = subprocess.Popen(
         [sys.executable, "-c",
          f"import duckdb, time; c = duckdb.connect({str(home / 'tracker.duckdb')!r}); print('held', flush=True); time.sleep(3)"],
@@ -155,3 +157,19 @@ def test_runs_with_same_chunk_names_are_both_ingested() -> None:
     _run("b")
     counts = tracker.query("SELECT run_id, count(*) AS n FROM metrics GROUP BY run_id ORDER BY run_id")
     assert counts.rows() == [("a", 20), ("b", 20)]
+
+
+def test_idle_reader_is_reused_then_released(home: Path) -> None:
+    import tracker.store as store_mod
+
+    _run()
+    tracker.query("SELECT 1")
+    assert store_mod._READERS.entry is not None  # kept for the next query of a burst
+    assert tracker.query("SELECT count(*) AS n FROM curves")["n"][0] == 20
+    time.sleep(0.8)
+    assert store_mod._READERS.entry is None  # closed after the idle time
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import duckdb; duckdb.connect({str(home / 'tracker.duckdb')!r}).close()"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr  # another process can now take the write lock
