@@ -1,5 +1,5 @@
 # Two commands matter: `make demo` and `make test`. Both set up from nothing.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: demo test setup apt shaders bench clean
 
 $(VENV)/bin/python:
-	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
+	@test -n "$(PYTHON)" || { echo "need python3.11 on PATH"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
