@@ -1,0 +1,1 @@
+"""Data shipped with the package (COCO train2017 per-class instance counts)."""
