@@ -9,6 +9,8 @@ import pytest
 
 from tracker.host import Host, set_host
 
+pytest_plugins = ["tracker.testing.pytest_plugin"]
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
