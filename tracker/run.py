@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import weakref
+from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -152,9 +153,11 @@ class Run:
         self._next_step = start_step
         self._last_step: int | None = None
         self._written_step: int | None = None
-        self._buf: list[tuple[int, float, tuple[str, ...], list[float]]] = []
-        self._cbuf: list[tuple[int, float, str, np.ndarray]] = []
-        self._ebuf: list[tuple[Any, ...]] = []
+        # deques: log() appends while the flusher pops from the other end; both are atomic,
+        # so a row appended during a flush is never lost (a swapped list could lose it)
+        self._buf: deque[tuple[int, float, tuple[str, ...], list[float]]] = deque()
+        self._cbuf: deque[tuple[int, float, str, np.ndarray]] = deque()
+        self._ebuf: deque[tuple[Any, ...]] = deque()
         self._rows = 0
         self._class_len: dict[str, int] = {}
         self._known_keys: set[tuple[str, ...]] = set()
@@ -351,9 +354,7 @@ class Run:
 
     def _flush(self) -> None:
         with self._lock:
-            buf, self._buf = self._buf, []
-            cbuf, self._cbuf = self._cbuf, []
-            ebuf, self._ebuf = self._ebuf, []
+            buf, cbuf, ebuf = _drain(self._buf), _drain(self._cbuf), _drain(self._ebuf)
             if not (buf or cbuf or ebuf):
                 return
             metrics = self._metrics_table(buf) if buf else None
@@ -462,6 +463,12 @@ class Run:
         return rows
 
 
+def _drain(queue: deque[Any]) -> list[Any]:
+    """Pop what ``queue`` holds now, oldest first (appends racing with this stay queued)."""
+    pop = queue.popleft
+    return [pop() for _ in range(len(queue))]
+
+
 # -- init ----------------------------------------------------------------------------
 _LIVE: "weakref.WeakSet[Run]" = weakref.WeakSet()
 
@@ -499,22 +506,22 @@ def _plan_segment(home: Path, run_id: str, rank: int, resume: str, resume_step: 
     if resume not in RESUME_MODES:
         raise ConfigError(f"resume={resume!r} is not one of {', '.join(RESUME_MODES)}")
     exists = (run_dir(home, run_id) / "run.json").exists()
-    if not exists:
-        if resume == "must":
-            raise RunError(
-                f"cannot resume run {run_id!r}: no such run under {home}; "
-                "check the run id (`tracker runs list`) and TRACKER_HOME, or pass resume='allow'"
-            )
-        if resume_step is not None:
+    if not exists and resume == "must":
+        raise RunError(
+            f"cannot resume run {run_id!r}: no such run under {home}; "
+            "check the run id (`tracker runs list`) and TRACKER_HOME, or pass resume='allow'"
+        )
+    segs = [s for s in list_segments(home, run_id) if s.rank == rank]
+    if not segs:  # this rank has not logged to the run yet (a new run, or another rank made it)
+        if resume_step is not None and not exists:
             raise ConfigError("resume_step is only meaningful when resuming an existing run")
-        return 0, 0, "start"
+        return 0, resume_step or 0, "start"
     if resume == "never":
         raise RunError(
             f"run {run_id!r} already exists under {home}; pass resume='allow' to continue it "
             "or choose another run_id"
         )
-    segs = [s for s in list_segments(home, run_id) if s.rank == rank]
-    segment = max((s.segment for s in segs), default=-1) + 1
+    segment = max(s.segment for s in segs) + 1
     if resume_step is None:
         last = visible_last_step(segs)
         resume_step = 0 if last is None else last + 1
@@ -603,4 +610,4 @@ def _open_sessions(run: Run) -> None:
         return
     detectors = host.items("detectors")
     if detectors:
-        run._analyzer = make_online_analyzer(run_id=run.run_id, config=run.config, detectors=detectors)
+        run._analyzer = make_online_analyzer(run_id=run.run_id, config=run.config, detectors=detectors, run=run)

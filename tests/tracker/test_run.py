@@ -179,3 +179,11 @@ def test_background_flush_makes_rows_queryable_without_finish() -> None:
     assert tracker.query("SELECT count(*) AS n FROM curves")["n"][0] == 1
     assert tracker.query("SELECT status FROM runs")["status"][0] == "running"
     run.finish()
+
+
+def test_no_row_is_lost_while_the_flusher_drains() -> None:
+    run = tracker.init("p", config={"tracker_flush_interval": 0.001, "analysis": False})
+    for s in range(60_000):
+        run.log({"loss": 1.0}, step=s)
+    run.finish()
+    assert tracker.query("SELECT count(*) AS n, count(DISTINCT step) AS d FROM curves").row(0) == (60_000, 60_000)

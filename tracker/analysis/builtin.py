@@ -1,0 +1,142 @@
+"""The built-in detectors and their defaults.
+
+Windows count logged points of the key: at one point per batch they are batches.
+The defaults are meant for per-batch losses of a YOLO-style run (box, cls, dfl or
+their sum; per-batch noise of 5-30% of the level; a COCO epoch is ~7,300 batches at
+batch size 16) and are held to the labelled corpus (:mod:`tracker.analysis.corpus`,
+precision and recall >= 0.95 per detector):
+
+``non_finite``
+    ``cooldown=100``: one event per episode of NaN/inf, at most one per 100 points,
+    so a run that skips every other fp16 step does not flood the events.
+``divergence``
+    ``median=5``: the EMA is fed the trailing median of 5 points, so one huge
+    batch loss (a 1000x spike lifts a plain EMA above any threshold for ~70 points)
+    never reads as a divergence, while a lasting rise arrives two points late;
+    ``smoothing=0.95`` (an EMA over ~20 points: per-batch noise of 30% shrinks to
+    ~5%); ``factor=1.5``: the smoothed loss must be 50% above its running best,
+    an order of magnitude above what noise gives the smoothed curve, and well below
+    what a diverging run reaches (2x-100x, or inf); ``patience=25`` points in a row,
+    so a burst of hard batches is not enough; ``warmup=50`` points before the
+    running best counts (the first batches are wild); recovery when the smoothed
+    loss is back within ``recover=0.5`` of that margin for ``patience`` points.
+    Together, on the corpus: flagged 60-120 points after the onset of a
+    divergence (mean ~75), never before it.
+``spike``
+    ``smoothing=0.9`` (a baseline over ~10 points, quick to follow a falling loss);
+    ``threshold=6`` robust SDs of the log residual (1.4826 * median |ln(x / s)| over
+    the previous 256 points, so nothing is judged in the first 256 points): log-
+    normal batch noise passes 6 SDs about once in 10^9 points, while 2.5x spikes on
+    15% noise are caught; heavy-tailed noise (Student t, 5 dof) passes it about
+    once in 1,500 points, which ``cooldown=100`` points between spike events and
+    ``budget=20`` events per key keep from flooding (the summary still counts
+    every spike); ``min_rise=0.2``: at least 20% above the baseline, which matters
+    once the scale is tiny.
+``plateau``
+    ``median=5`` as for divergence; ``smoothing=0.99`` (an EMA over ~100 points, as
+    flat as a noisy per-batch curve gets); ``window=2000`` points (about a quarter
+    of a COCO epoch) without an improvement of ``min_delta=0.005`` (0.5%) of the
+    best and of ``noise_z=4`` SDs of the smoothed curve's own noise, so a flat
+    noisy curve cannot improve by luck (``min_abs`` for losses near zero);
+    reported only while the smoothed loss is within ``max_rise=0.15`` of the best;
+    ``warmup=100`` points.
+``stagnant_classes``
+    ``window=200`` rows (per-class losses are logged less often), evaluated every
+    ``every=200`` rows; the total must have fallen by ``total_drop=0.2`` and a class
+    by less than ``class_drop=0.05`` to be named.
+``rank_disagreement``
+    no parameters: any difference of fingerprints between ranks is a finding.
+"""
+
+from __future__ import annotations
+
+from tracker.analysis.classes import StagnantClasses
+from tracker.analysis.detectors import DetectorSpec, NonFinite
+from tracker.analysis.params import Param
+from tracker.analysis.ranks import RankDisagreement
+from tracker.analysis.spikes import Spike
+from tracker.analysis.trends import Divergence, Plateau
+
+_SMOOTH = "weight of the debiased EMA (TensorBoard's smoothing), in [0, 1)"
+
+NON_FINITE = DetectorSpec(
+    name="non_finite",
+    scope="scalar",
+    factory=NonFinite,
+    description="NaN or inf in a loss value; suggests bfloat16 and loss scaling on float16/AMP runs",
+    params=(Param("cooldown", 100, "fewest points between two non-finite events", 0, None, True),),
+)
+
+DIVERGENCE = DetectorSpec(
+    name="divergence",
+    scope="scalar",
+    factory=Divergence,
+    description="the smoothed loss rises well above its running best and stays there; marks the run diverged",
+    params=(
+        Param("smoothing", 0.95, _SMOOTH, 0.0, 0.9999),
+        Param("median", 5, "odd width of the trailing median taken before smoothing (1: none)", 1, 99, True),
+        Param("factor", 1.5, "diverged above factor x the running best (factor > 1)", 1.0001, None),
+        Param("patience", 25, "points in a row above (or back below) the threshold", 1, None, True),
+        Param("warmup", 50, "points before the running best counts", 0, None, True),
+        Param("recover", 0.5, "recovered below best + recover x margin", 0.0, 1.0),
+        Param("min_delta", 1e-6, "smallest margin above the best, in loss units", 0.0, None),
+    ),
+)
+
+SPIKE = DetectorSpec(
+    name="spike",
+    scope="scalar",
+    factory=Spike,
+    description="a single-point outlier above the smoothed loss, judged by a robust scale",
+    params=(
+        Param("smoothing", 0.9, _SMOOTH, 0.0, 0.9999),
+        Param("threshold", 6.0, "robust SDs of the log residual above the smoothed value", 1.0, None),
+        Param("min_rise", 0.2, "and at least this fraction above it", 0.0, None),
+        Param("cooldown", 100, "fewest points between two spike events", 0, None, True),
+        Param("budget", 20, "most spike events per key", 0, None, True),
+    ),
+)
+
+PLATEAU = DetectorSpec(
+    name="plateau",
+    scope="scalar",
+    factory=Plateau,
+    description="no improvement of the smoothed best over a window of points",
+    params=(
+        Param("smoothing", 0.99, _SMOOTH, 0.0, 0.9999),
+        Param("median", 5, "odd width of the trailing median taken before smoothing (1: none)", 1, 99, True),
+        Param("window", 2000, "points without improvement", 1, None, True),
+        Param("min_delta", 0.005, "an improvement is at least this fraction of the best", 0.0, 1.0),
+        Param("noise_z", 4.0, "and at least this many SDs of the smoothed curve's noise", 0.0, None),
+        Param("min_abs", 0.0, "and at least this many loss units", 0.0, None),
+        Param("max_rise", 0.15, "a plateau stays within this fraction above the best", 0.0, None),
+        Param("warmup", 100, "points before the best counts", 0, None, True),
+    ),
+)
+
+STAGNANT_CLASSES = DetectorSpec(
+    name="stagnant_classes",
+    scope="classes",
+    factory=StagnantClasses,
+    description="classes whose loss has not fallen while the total has",
+    params=(
+        Param("window", 200, "rows in the reference and in the current window", 2, None, True),
+        Param("every", 200, "rows between two evaluations", 1, None, True),
+        Param("total_drop", 0.2, "the total must have fallen by this fraction", 0.0, 1.0),
+        Param("class_drop", 0.05, "a class that fell less than this fraction is stagnant", 0.0, 1.0),
+    ),
+)
+
+RANK_DISAGREEMENT = DetectorSpec(
+    name="rank_disagreement",
+    scope="ranks",
+    factory=RankDisagreement,
+    description="ranks whose RNG fingerprints differ in an epoch (rng/fingerprint, rng/epoch)",
+)
+
+BUILTIN: tuple[DetectorSpec, ...] = (NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT)
+
+
+def builtin_detectors() -> dict[str, DetectorSpec]:
+    """The built-in detector specs by name."""
+    return {spec.name: spec for spec in BUILTIN}
