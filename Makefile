@@ -30,7 +30,7 @@ shaders: apt
 	$(PY) -m gpu.build_shaders
 
 bench: setup
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+	for b in bench/[a-z]*.py; do $(PY) -m bench.$$(basename $$b .py) || exit 1; done
 
 clean:
 	rm -rf $(VENV) .tracker build *.egg-info
