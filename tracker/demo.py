@@ -14,7 +14,6 @@ features are the sum of the present classes' prototype vectors plus noise.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Callable
@@ -23,6 +22,7 @@ import numpy as np
 
 import tracker
 from tracker.losses import kernels
+from tracker.weights import load_counts
 
 FEATURES = 48
 SAMPLES = 4096
@@ -36,9 +36,9 @@ class Preempted(RuntimeError):
 
 def coco_counts() -> tuple[list[str], np.ndarray]:
     """Class names and instance counts of COCO train2017 (shipped with the package)."""
-    raw = json.loads(resources.files("tracker.data").joinpath("coco_train2017_class_counts.json").read_text())
-    cats = raw["categories"]
-    return [c["name"] for c in cats], np.array([c["instances"] for c in cats], dtype=np.float64)
+    with resources.as_file(resources.files("tracker.data") / "coco_train2017_class_counts.json") as path:
+        loaded = load_counts(path)
+    return loaded.names, loaded.counts
 
 
 @dataclass

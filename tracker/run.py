@@ -45,7 +45,6 @@ from tracker.spool import (
     CLASS_SCHEMA,
     EVENTS_SCHEMA,
     METRICS_SCHEMA,
-    SegmentInfo,
     check_run_id,
     list_segments,
     read_json,

@@ -23,7 +23,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from tracker.coco.index import CocoIndex, Progress, load, read_json
-from tracker.errors import DataError
 
 
 @dataclass(frozen=True)
@@ -125,20 +124,12 @@ def class_counts(path: str | os.PathLike[str], skip_invalid: bool = False) -> di
     if isinstance(raw, dict) and not isinstance(raw.get("annotations"), list):
         cats = raw.get("categories")
         if isinstance(cats, list) and cats and all(isinstance(c, dict) and "instances" in c for c in cats):
-            return _counts_file(cats, Path(path))
+            from tracker.weights import load_counts
+
+            loaded = load_counts(path)
+            return {name: int(n) for name, n in zip(loaded.names, loaded.counts)}
     index = from_dict(raw, skip_invalid=skip_invalid, path=Path(path))
     per_class = index.instances_per_class()
     return {name: int(n) for name, n in zip(index.cat_names, per_class)}
 
 
-def _counts_file(cats: list[dict[str, Any]], path: Path) -> dict[str, int]:
-    rows = []
-    for pos, c in enumerate(cats):
-        cid, name, n = c.get("id"), c.get("name"), c.get("instances")
-        if not isinstance(cid, int) or not isinstance(name, str) or not isinstance(n, int) or n < 0:
-            raise DataError(
-                f"counts file {str(path)!r}: category #{pos} is {c!r}; expected "
-                '{"id": <int>, "name": <str>, "instances": <int >= 0>}'
-            )
-        rows.append((cid, name, n))
-    return {name: n for _, name, n in sorted(rows)}
