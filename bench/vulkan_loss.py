@@ -1,0 +1,147 @@
+"""Benchmark: the Vulkan loss kernel against the numpy kernel and torch on the CPU.
+
+Workload: one YOLO batch, 16 x 8,400 x 80 float32 logits (10.75 M elements), 1%
+positive targets, ``class_weighted_bce`` with ``reduction="mean"``. Every call
+gives the loss, the per-class sums and positive counts, and ADDS the gradient into
+a float32 buffer. Measured in one run, round-robin, best of N rounds each (a busy
+machine slows them alike):
+
+* ``vulkan``: ``tracker.loss(..., backend="vulkan")``, transfers included (the
+  inputs go to the device and the gradient comes back into the caller's array);
+* ``vulkan kernel``: the GPU time of the same call alone (timestamp queries);
+* ``numpy``: ``tracker.loss(..., backend="numpy")``;
+* ``torch``: ``binary_cross_entropy_with_logits`` + ``backward()`` (mean), and the
+  same with per-class sums (``reduction="none"``, sum over rows, then mean).
+
+Targets on lavapipe: transfers included, <= 0.5x the numpy time and no slower than
+torch. Run: ``.venv/bin/python bench/vulkan_loss.py`` (``--help`` for sizes). It
+prints and never fails.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a file, this folder heads sys.path; sibling benchmarks (bench/logging.py)
+# must not shadow standard-library modules.
+if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import time  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process (all threads, lavapipe's included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def best_of(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, tuple[float, float]]:
+    """Best wall ms and best CPU ms of each call over ``rounds`` round-robin rounds."""
+    for fn in calls.values():
+        fn()
+    best = {name: (float("inf"), float("inf")) for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            c0, t0 = cpu_seconds(), time.perf_counter()
+            fn()
+            wall, cpu = (time.perf_counter() - t0) * 1e3, (cpu_seconds() - c0) * 1e3
+            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+    return best
+
+
+def torch_calls(x: np.ndarray, y: np.ndarray) -> dict[str, Callable[[], Any]]:
+    """torch BCE-with-logits + backward, without and with per-class sums (empty without torch)."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return {}
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+
+    def backward() -> None:
+        leaf = xt.detach().requires_grad_(True)
+        F.binary_cross_entropy_with_logits(leaf, yt).backward()
+
+    def per_class() -> None:
+        leaf = xt.detach().requires_grad_(True)
+        elementwise = F.binary_cross_entropy_with_logits(leaf, yt, reduction="none")
+        elementwise.detach().sum(dim=0, dtype=torch.float64)
+        elementwise.mean().backward()
+
+    return {"torch": backward, "torch +per-class": per_class}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--anchors", type=int, default=8400)
+    parser.add_argument("--classes", type=int, default=80)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    import gpu
+    import tracker
+    from plugins import vulkan_exec
+
+    ok, why = gpu.available()
+    if not ok:
+        print(f"vulkan unavailable: {why}")
+        return
+    rng = np.random.default_rng(0)
+    shape = (args.batch, args.anchors, args.classes)
+    x = rng.normal(0.0, 3.0, shape).astype(np.float32)
+    y = (rng.random(shape) < 0.01).astype(np.float32)
+    grads = {name: np.zeros(shape, np.float32) for name in ("vulkan", "numpy")}
+    losses = {name: tracker.loss("class_weighted_bce", backend=name) for name in ("vulkan", "numpy")}
+    kernels = vulkan_exec.kernels()
+    w = np.ones(args.classes, np.float32)
+    timings: dict[str, float] = {}
+
+    def kernel_only() -> None:
+        out = kernels.run("bce", x.reshape(-1, args.classes), y.reshape(-1, args.classes),
+                          grads["vulkan"].reshape(-1, args.classes), weight=w, timestamps=True)
+        timings.update(out.timings)
+        timings["min_kernel_ms"] = min(timings.get("min_kernel_ms", float("inf")), out.timings["kernel_ms"])
+
+    calls: dict[str, Callable[[], Any]] = {
+        "vulkan": lambda: losses["vulkan"](x, y, grads["vulkan"]),
+        "vulkan (timestamps)": kernel_only,
+        "numpy": lambda: losses["numpy"](x, y, grads["numpy"]),
+        **torch_calls(x, y),
+    }
+    best = best_of(calls, args.rounds)
+    dev = vulkan_exec.device()
+    print(f"class_weighted_bce, mean, grad added, {' x '.join(map(str, shape))} float32 "
+          f"({x.size / 1e6:.2f} M elements), 1% positives")
+    print(f"device: {dev.info.name} ({dev.info.type}); cpus: {os.cpu_count()}; "
+          f"LP_NUM_THREADS={os.environ.get('LP_NUM_THREADS', 'default')}; "
+          f"load average: {os.getloadavg()[0]:.1f}; best of {args.rounds} rounds")
+    numpy_ms = best["numpy"][0]
+    torch_ms = best.get("torch", (float("nan"),))[0]
+    print(f"{'call':<22}{'wall ms':>10}{'cpu ms':>10}{'/ numpy':>10}{'/ torch':>10}")
+    rows = [(name, *best[name]) for name in calls if name != "vulkan (timestamps)"]
+    rows.insert(1, ("vulkan kernel only", timings["min_kernel_ms"], float("nan")))
+    for name, wall, cpu in rows:
+        print(f"{name:<22}{wall:>10.1f}{cpu:>10.1f}{wall / numpy_ms:>10.2f}{wall / torch_ms:>10.2f}")
+    print(f"last vulkan call: upload {timings['upload_ms']:.1f} ms, gpu {timings['gpu_ms']:.1f} ms, "
+          f"gradient/readback {timings['download_ms']:.1f} ms")
+    vk_ms = best["vulkan"][0]
+    print(f"targets: vulkan <= 0.5x numpy: {vk_ms / numpy_ms:.2f}x "
+          f"({'met' if vk_ms <= 0.5 * numpy_ms else 'missed'}); vulkan <= torch: {vk_ms / torch_ms:.2f}x "
+          f"({'met' if vk_ms <= torch_ms else 'missed'})")
+    diff = float(np.max(np.abs(grads["vulkan"] / (args.rounds + 2) - grads["numpy"] / (args.rounds + 1))))
+    print(f"max |grad(vulkan) - grad(numpy)| per call: {diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()

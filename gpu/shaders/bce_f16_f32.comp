@@ -1,0 +1,7 @@
+#version 450
+// bce kernel through storage buffers, logits/targets f16/f32 (float16 through 16-bit storage).
+#extension GL_GOOGLE_include_directive : require
+#define TEXEL 0
+#define LOGIT_F16 1
+#define TARGET_F16 0
+#include "bce.glsl"
