@@ -30,6 +30,9 @@ from tracker.errors import ConfigError, PluginError
 BACKEND = "vulkan"
 DTYPES: tuple[str, ...] = ("float16", "float32")
 POOL_PREFIX = "gpu/pool"
+# backend="auto" sends smaller inputs to numpy: a dispatch costs ~2.6 ms on lavapipe, more
+# than numpy needs for a quarter-million elements. Ask for backend="vulkan" to force it.
+AUTO_MIN_ELEMENTS = 1 << 18
 
 _lock = threading.Lock()
 _shared: dict[str, Any] = {}
@@ -136,9 +139,9 @@ def tracker_register_kernels(register: Any) -> None:
     if unavailable() is not None:
         return
     register(Kernel("class_weighted_bce", BACKEND, bce_vulkan, DTYPES, unavailable,
-                    "Vulkan compute (gpu.kernels), float32 accumulation"))
+                    "Vulkan compute (gpu.kernels), float32 accumulation", AUTO_MIN_ELEMENTS))
     register(Kernel("sigmoid_focal", BACKEND, focal_vulkan, DTYPES, unavailable,
-                    "Vulkan compute (gpu.kernels), float32 accumulation"))
+                    "Vulkan compute (gpu.kernels), float32 accumulation", AUTO_MIN_ELEMENTS))
 
 
 @hookimpl

@@ -223,6 +223,7 @@ class Kernel:
     dtypes: tuple[str, ...] = ("float32",)
     available: Callable[[], str | None] | None = None
     description: str = ""
+    auto_min_elements: int = 0  # backend="auto" uses this kernel only for inputs at least this large
 
     @property
     def name(self) -> str:
@@ -302,10 +303,16 @@ def get_kernel(term: LossTerm | str, backend: str) -> Kernel:
     return found[backend]
 
 
-def auto_kernel(term: LossTerm | str) -> Kernel:
-    """The first available kernel of ``term`` in preference order, else its reference."""
+def auto_kernel(term: LossTerm | str, elements: int | None = None) -> Kernel:
+    """The first available kernel of ``term`` in preference order, else its reference.
+
+    With ``elements`` (the input's size), a kernel whose ``auto_min_elements`` is
+    larger is passed over: launching a device kernel costs more than a small input.
+    """
     loss_term = get_term(term)
     for kernel in kernels(loss_term).values():
+        if elements is not None and elements < kernel.auto_min_elements:
+            continue
         if kernel.unavailable() is None:
             return kernel
     return reference_kernel(loss_term)
@@ -333,6 +340,7 @@ class BoundLoss:
     params: dict[str, Any]
     kernel: Kernel | None = None
     _resolved: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _auto: dict[int, Kernel] = field(default_factory=dict, repr=False)
 
     def resolved(self, num_classes: int) -> dict[str, Any]:
         """The kernel keyword arguments for ``num_classes`` classes (cached)."""
@@ -342,14 +350,29 @@ class BoundLoss:
 
     def __call__(self, logits: Any, targets: Any, grad: Any = None) -> LossResult:
         """Compute the loss; when ``grad`` is given, ADD dL/dlogits into it."""
-        if self.kernel is None:
-            self.kernel = auto_kernel(self.term) if self.backend == "auto" else get_kernel(self.term, self.backend)
-        x, y, g, shape = prepare_inputs(logits, targets, grad, self.kernel.dtypes)
+        if self.backend == "auto":
+            kernel = self._auto.get(_bucket(logits))
+            if kernel is None:
+                kernel = self._auto[_bucket(logits)] = auto_kernel(self.term, _elements(logits))
+        else:
+            if self.kernel is None:
+                self.kernel = get_kernel(self.term, self.backend)
+            kernel = self.kernel
+        x, y, g, shape = prepare_inputs(logits, targets, grad, kernel.dtypes)
         resolved = self.resolved(shape[-1])
-        result = self.kernel.fn(x, y, g, **resolved)
+        result = kernel.fn(x, y, g, **resolved)
         if resolved["reduction"] == "none":
             result.loss = np.asarray(result.loss, dtype=np.float32).reshape(shape)
         return result
+
+
+def _elements(value: Any) -> int:
+    return int(np.prod(getattr(value, "shape", np.shape(value)), dtype=np.int64))
+
+
+def _bucket(value: Any) -> int:
+    """The auto choice is cached per power of two of the input size."""
+    return _elements(value).bit_length()
 
 
 def _to_numpy(value: Any) -> Any:

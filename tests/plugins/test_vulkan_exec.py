@@ -146,3 +146,11 @@ def test_gpu_devices_command(host: Host) -> None:
     result = CliRunner().invoke(build_cli(), ["gpu", "devices"])
     assert result.exit_code == 0, result.output
     assert "*" in result.output and gpu.list_devices()[0].name in result.output
+
+
+def test_auto_prefers_numpy_for_small_inputs_and_vulkan_for_large() -> None:
+    from plugins.vulkan_exec import AUTO_MIN_ELEMENTS
+    from tracker.losses import auto_kernel
+
+    assert auto_kernel("class_weighted_bce", elements=1000).backend == "numpy"
+    assert auto_kernel("class_weighted_bce", elements=AUTO_MIN_ELEMENTS).backend == "vulkan"
