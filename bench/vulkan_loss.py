@@ -31,53 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse  # noqa: E402
 import os  # noqa: E402
-import resource  # noqa: E402
-import time  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-
-def cpu_seconds() -> float:
-    """User + system CPU seconds of this process (all threads, lavapipe's included)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def best_of(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, tuple[float, float]]:
-    """Best wall ms and best CPU ms of each call over ``rounds`` round-robin rounds."""
-    for fn in calls.values():
-        fn()
-    best = {name: (float("inf"), float("inf")) for name in calls}
-    for _ in range(rounds):
-        for name, fn in calls.items():
-            c0, t0 = cpu_seconds(), time.perf_counter()
-            fn()
-            wall, cpu = (time.perf_counter() - t0) * 1e3, (cpu_seconds() - c0) * 1e3
-            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
-    return best
-
-
-def torch_calls(x: np.ndarray, y: np.ndarray) -> dict[str, Callable[[], Any]]:
-    """torch BCE-with-logits + backward, without and with per-class sums (empty without torch)."""
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        return {}
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-
-    def backward() -> None:
-        leaf = xt.detach().requires_grad_(True)
-        F.binary_cross_entropy_with_logits(leaf, yt).backward()
-
-    def per_class() -> None:
-        leaf = xt.detach().requires_grad_(True)
-        elementwise = F.binary_cross_entropy_with_logits(leaf, yt, reduction="none")
-        elementwise.detach().sum(dim=0, dtype=torch.float64)
-        elementwise.mean().backward()
-
-    return {"torch": backward, "torch +per-class": per_class}
+from bench.losses import interleaved_best_ms, torch_calls  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -117,9 +75,10 @@ def main(argv: list[str] | None = None) -> None:
         "vulkan": lambda: losses["vulkan"](x, y, grads["vulkan"]),
         "vulkan (timestamps)": kernel_only,
         "numpy": lambda: losses["numpy"](x, y, grads["numpy"]),
-        **torch_calls(x, y),
+        **{k: v for k, v in torch_calls(x, y).items() if k != "torch/forward"},
     }
-    best = best_of(calls, args.rounds)
+    wall_ms, cpu_ms = interleaved_best_ms(calls, args.rounds)
+    best = {name: (wall_ms[name], cpu_ms[name]) for name in calls}
     dev = vulkan_exec.device()
     print(f"class_weighted_bce, mean, grad added, {' x '.join(map(str, shape))} float32 "
           f"({x.size / 1e6:.2f} M elements), 1% positives")
@@ -127,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
           f"LP_NUM_THREADS={os.environ.get('LP_NUM_THREADS', 'default')}; "
           f"load average: {os.getloadavg()[0]:.1f}; best of {args.rounds} rounds")
     numpy_ms = best["numpy"][0]
-    torch_ms = best.get("torch", (float("nan"),))[0]
+    torch_ms = best.get("torch/forward+backward", (float("nan"),))[0]
     print(f"{'call':<22}{'wall ms':>10}{'cpu ms':>10}{'/ numpy':>10}{'/ torch':>10}")
     rows = [(name, *best[name]) for name in calls if name != "vulkan (timestamps)"]
     rows.insert(1, ("vulkan kernel only", timings["min_kernel_ms"], float("nan")))
