@@ -173,3 +173,48 @@ def test_idle_reader_is_reused_then_released(home: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr  # another process can now take the write lock
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tracker.store import inline_params  # noqa: E402
+
+_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=20),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_scalars, min_size=1, max_size=4))
+def test_inlined_parameters_give_what_binding_gives(values: list[object]) -> None:
+    sql = "SELECT " + ", ".join("?" for _ in values) + " -- a ? in a comment\n, '?' AS q"
+    inlined, rest = inline_params(sql, values)
+    con = duckdb.connect()
+    bound = con.execute(sql, values).fetchall()
+    if rest is None:
+        got = con.execute(inlined).fetchall()
+        for a, b in zip(got[0], bound[0]):
+            assert (a == b) or (a != a and b != b), (inlined, a, b)
+            assert type(a) is type(b)
+
+
+def test_inline_leaves_what_it_cannot_write() -> None:
+    assert inline_params("SELECT ?", [b"bytes"]) == ("SELECT ?", [b"bytes"])
+    assert inline_params("SELECT $x", {"x": 1}) == ("SELECT $x", {"x": 1})
+    assert inline_params("SELECT ?, ?", [1]) == ("SELECT ?, ?", [1])  # DuckDB reports the mismatch
+    sql, rest = inline_params("SELECT * FROM t WHERE k IN (SELECT unnest(?)) AND s = '?'", [["a", "b'c"]])
+    assert rest is None and sql == "SELECT * FROM t WHERE k IN (SELECT unnest(['a', 'b''c'])) AND s = '?'"
+
+
+def test_queries_with_parameters_do_not_import_pandas(home: Path) -> None:
+    code = (
+        "import sys, tracker; r = tracker.init('p', run_id='x'); r.log({'loss': 1.0}, step=0); r.finish();"
+        "print(tracker.query('SELECT count(*) AS n FROM curves WHERE run_id = ? AND step >= ?', ['x', 0])['n'][0],"
+        " 'pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TRACKER_HOME": str(home)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "False"]
