@@ -31,20 +31,69 @@ def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Core commands by name -> the tracker.commands module whose register() adds them. They
+# are imported on first use, so `tracker analyze` does not pay for `tracker coco` or the
+# plugins' imports; a test checks this map against what the modules register.
+CORE_COMMANDS: dict[str, str] = {
+    "analyze": "analyze",
+    "check-plugins": "losses",
+    "demo": "demo",
+    "export": "runs",
+    "ingest": "runs",
+    "plugins": "plugins",
+    "runs": "runs",
+    "sql": "sql",
+    "ui": "ui",
+    "weights": "losses",
+}
+
+
+class LazyGroup(click.Group):
+    """A group that imports a command's module only when that command is used or listed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._loaded: set[str] = set()
+        self._plugins_loaded = False
+
+    def _load_module(self, module: str) -> None:
+        if module not in self._loaded:
+            self._loaded.add(module)
+            importlib.import_module(f"tracker.commands.{module}").register(self)
+
+    def load_plugins(self) -> None:
+        if not self._plugins_loaded:
+            self._plugins_loaded = True
+            _load_plugin_commands(self)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in CORE_COMMANDS:
+            self._load_module(CORE_COMMANDS[cmd_name])
+        elif cmd_name not in self.commands:
+            self.load_plugins()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        for module in sorted(set(CORE_COMMANDS.values())):
+            self._load_module(module)
+        self.load_plugins()
+        return super().list_commands(ctx)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tracker")
 def cli() -> None:
     """Experiment tracker and loss analysis for detectors trained on imbalanced data."""
 
 
-def _load_core_commands(group: click.Group) -> None:
+def core_command_modules() -> list[str]:
+    """Every module of tracker.commands that registers commands."""
     import tracker.commands as pkg
 
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"tracker.commands.{info.name}")
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(group)
+    return sorted(
+        info.name for info in pkgutil.iter_modules(pkg.__path__)
+        if hasattr(importlib.import_module(f"tracker.commands.{info.name}"), "register")
+    )
 
 
 def _load_plugin_commands(group: click.Group) -> None:
@@ -58,16 +107,8 @@ def _load_plugin_commands(group: click.Group) -> None:
             host.disable(impl.plugin_name, f"tracker_register_commands raised {type(exc).__name__}: {exc}")
 
 
-_BUILT = False
-
-
 def build_cli() -> click.Group:
-    """The root group with core and plugin commands added (once per process)."""
-    global _BUILT
-    if not _BUILT:
-        _BUILT = True
-        _load_core_commands(cli)
-        _load_plugin_commands(cli)
+    """The root group; core and plugin commands are added on first use."""
     return cli
 
 

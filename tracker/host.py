@@ -178,15 +178,19 @@ class Host:
         self.pm = pm if pm is not None else make_plugin_manager(failures=self.failures)
         self.registries: dict[str, Registry] = {k: Registry(k) for k in KINDS}
         self._lock = threading.RLock()
-        self._filled = False
+        self._filled: set[str] = set()
 
     # -- registration ------------------------------------------------------------
-    def _fill(self) -> None:
+    def _fill(self, kinds: tuple[str, ...] = KINDS) -> None:
+        """Call the registration hooks of ``kinds`` not yet filled (each kind on first use,
+        so a command that needs detectors never probes a Vulkan device for kernels)."""
         with self._lock:
-            if self._filled:
-                return
-            self._filled = True
-            for kind in KINDS:
+            for kind in kinds:
+                if kind in self._filled:
+                    continue
+                self._filled.add(kind)
+                if kind == "kernels":
+                    self._fill(("losses",))  # kernels are registered after every term
                 hook = getattr(self.pm.hook, f"tracker_register_{kind}")
                 for impl in hook.get_hookimpls():  # registration order
                     if self.pm.get_name(impl.plugin) in self.failures:
@@ -226,7 +230,7 @@ class Host:
     def registry(self, kind: str) -> Registry:
         if kind not in self.registries:
             raise PluginError(f"Unknown registry kind {kind!r}; available: {', '.join(KINDS)}")
-        self._fill()
+        self._fill((kind,))
         return self.registries[kind]
 
     def items(self, kind: str) -> dict[str, Any]:

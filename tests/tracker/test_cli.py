@@ -89,3 +89,24 @@ def test_ingest_command() -> None:
     _seed()
     res = invoke("ingest")
     assert res.exit_code == 0 and "ingested" in res.output
+
+
+def test_lazy_command_map_matches_what_the_modules_register() -> None:
+    import importlib
+
+    import click
+
+    from tracker.cli import CORE_COMMANDS, core_command_modules
+
+    found = {}
+    for module in core_command_modules():
+        group = click.Group()
+        importlib.import_module(f"tracker.commands.{module}").register(group)
+        found.update({name: module for name in group.commands})
+    assert found == CORE_COMMANDS
+
+
+def test_help_lists_core_and_plugin_commands() -> None:
+    res = invoke("--help")
+    for name in ("analyze", "runs", "sql", "demo", "weights", "coco"):
+        assert f"  {name}" in res.output
