@@ -255,6 +255,7 @@ class Host:
     def describe(self) -> Iterator[dict[str, Any]]:
         """One record per plugin: name, version, what it registered, and why it is unavailable."""
         self._fill()
+        commands = self._commands_by_plugin()
         names = [n for n, _ in self.pm.list_name_plugin() if n and not self.pm.is_blocked(n)]
         for name in sorted(set(names) | set(self.failures)):
             registered = {
@@ -262,12 +263,29 @@ class Host:
                 for kind in KINDS
                 if self.registries[kind].by_plugin(name)
             }
+            if commands.get(name):
+                registered["commands"] = commands[name]
             yield {
                 "name": name,
                 "version": _plugin_version(self.pm, name) if self.pm.get_plugin(name) else "",
                 "registered": registered,
                 "status": self.status(name),
             }
+
+
+    def _commands_by_plugin(self) -> dict[str, list[str]]:
+        """The CLI commands each plugin adds (its hook run on a scratch group)."""
+        import click
+
+        out: dict[str, list[str]] = {}
+        for impl in self.pm.hook.tracker_register_commands.get_hookimpls():
+            scratch = click.Group()
+            try:
+                impl.function(cli=scratch)
+            except Exception:  # reported when the real CLI is built
+                continue
+            out[impl.plugin_name] = sorted(scratch.commands)
+        return out
 
 
 _HOST: Host | None = None

@@ -81,6 +81,7 @@ def test_plugins_listing() -> None:
     rows = {r["name"]: r for r in json.loads(res.output)}
     assert rows["store_logger"]["registered"] == {"loggers": ["store"]}
     assert rows["store_logger"]["status"] is None
+    assert rows["coco"]["registered"]["commands"] == ["coco"]
     table = invoke("plugins")
     assert "store_logger" in table.output
 
