@@ -105,7 +105,8 @@ def test_registers_nothing_without_vulkan(monkeypatch: pytest.MonkeyPatch) -> No
         assert not [k for k in h.items("kernels") if k.endswith("/vulkan")]
         assert h.status("vulkan_exec") == reason
         listing = {p["name"]: p for p in h.describe()}["vulkan_exec"]
-        assert listing["status"] == reason and listing["registered"] == {}
+        assert listing["status"] == reason
+        assert set(listing["registered"]) <= {"commands"}  # no kernel; `tracker gpu devices` still says why
     finally:
         set_host(old)
 
