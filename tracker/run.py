@@ -558,8 +558,6 @@ def init(
     rank, world = rank_world()
     root = home_dir(home)
     run_id = check_run_id(run_id) if run_id is not None else _shared_run_id(world)
-    if resume in ("allow", "must") and run_id is None:  # pragma: no cover - guarded above
-        raise ConfigError("resume needs a run_id")
     segment, start, reason = _plan_segment(root, run_id, rank, resume, resume_step)
     if reason == "resume":
         old = read_json(run_dir(root, run_id) / "run.json") or {}

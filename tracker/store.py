@@ -96,6 +96,14 @@ def inline_params(sql: str, params: Any) -> tuple[str, Any]:
     return "".join(out), None
 
 
+# the spool's metadata tables (in spool_meta's order) and their primary keys
+META_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("runs", ("run_id",)),
+    ("segments", ("run_id", "rank", "segment")),
+    ("classes", ("run_id", "class_index")),
+)
+
+
 class _ReaderCache:
     """At most one idle read-only connection per process, closed after a short idle time."""
 
@@ -305,13 +313,8 @@ class Store:
 
     def _upsert_meta(self, con: duckdb.DuckDBPyConnection) -> None:
         fingerprint = spool.meta_fingerprint(self.home)
-        runs, segs, classes = spool_meta(self.home)
         con.execute("INSERT OR REPLACE INTO spool_state VALUES (1, ?)", [fingerprint])
-        for name, table, keys in (
-            ("runs", runs, ["run_id"]),
-            ("segments", segs, ["run_id", "rank", "segment"]),
-            ("classes", classes, ["run_id", "class_index"]),
-        ):
+        for (name, _keys), table in zip(META_TABLES, spool_meta(self.home)):
             if table.num_rows == 0:
                 continue
             con.register("_meta", table)
@@ -331,13 +334,14 @@ class Store:
         is unchanged, and dropped before any write in this process.
         """
         with _PROCESS_LOCK:
-            state = (tuple(spool.data_files(self.home)), spool.meta_fingerprint(self.home))
+            files = spool.data_files(self.home)
+            state = (tuple(files), spool.meta_fingerprint(self.home))
             con = None if safe else _READERS.take(self.path, state)
             if con is None:
                 _READERS.drop()
                 con = self._connection(False, None)
                 try:
-                    self._shadow(con, safe)
+                    self._shadow(con, safe, files, state[1])
                     if safe:
                         con.execute("SET enable_external_access = false")
                         con.execute("SET lock_configuration = true")
@@ -354,23 +358,20 @@ class Store:
                 else:
                     con.close()
 
-    def _shadow(self, con: duckdb.DuckDBPyConnection, materialize: bool) -> None:
-        files = spool.data_files(self.home)
+    def _shadow(
+        self, con: duckdb.DuckDBPyConnection, materialize: bool, files: Sequence[Path], fingerprint: str
+    ) -> None:
+        """Temp tables/views over the database plus the spool ``files`` (see module doc)."""
         done = self._already_ingested(con, files)
         pending = [f for f in files if _file_key(f) not in done]
         if not pending:
             row = con.execute("SELECT fingerprint FROM spool_state WHERE id = 1").fetchone()
-            if row and row[0] == spool.meta_fingerprint(self.home):
+            if row and row[0] == fingerprint:
                 return  # everything is ingested: the database's own tables and views are current
         db = con.execute("SELECT current_database()").fetchone()[0]
-        runs, segs, classes = spool_meta(self.home)
         kind = "TABLE" if materialize else "VIEW"
         stmts: list[str] = []
-        for name, table, keys in (
-            ("runs", runs, ["run_id"]),
-            ("segments", segs, ["run_id", "rank", "segment"]),
-            ("classes", classes, ["run_id", "class_index"]),
-        ):
+        for (name, keys), table in zip(META_TABLES, spool_meta(self.home)):
             con.register(f"_spool_{name}", table)
             on = " AND ".join(f"d.{k} = s.{k}" for k in keys)
             stmts.append(
