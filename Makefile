@@ -12,11 +12,11 @@ $(VENV)/bin/python:
 	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml $(VENV)/bin/python
-	$(PY) -m pip install -q -e '.[dev,webui,vulkan]'
+	$(PY) -m pip install -q -e '.[dev,webui,vulkan,ultralytics,import,cluster]'
 	touch $(STAMP)
 
 apt:
-	bash scripts/apt-deps.sh vulkan browser
+	bash scripts/apt-deps.sh vulkan browser postgres
 
 setup: apt $(STAMP)
 

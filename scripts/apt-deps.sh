@@ -2,14 +2,16 @@
 # Install the Debian packages the suite needs, only when they are missing.
 #   Vulkan loader + Mesa lavapipe (CPU Vulkan device), glslang (GLSL -> SPIR-V),
 #   the Khronos validation layer, and Chromium for the browser test.
-# Usage: scripts/apt-deps.sh [vulkan] [browser]
+#   PostgreSQL for the DuckLake catalog tests.
+# Usage: scripts/apt-deps.sh [vulkan] [browser] [postgres]
 set -euo pipefail
 want=()
 for group in "$@"; do
   case "$group" in
     vulkan) want+=(libvulkan1 mesa-vulkan-drivers glslang-tools vulkan-validationlayers) ;;
     browser) want+=(chromium) ;;
-    *) echo "apt-deps: unknown group '$group' (expected: vulkan, browser)" >&2; exit 2 ;;
+    postgres) want+=(postgresql postgresql-common) ;;
+    *) echo "apt-deps: unknown group '$group' (expected: vulkan, browser, postgres)" >&2; exit 2 ;;
   esac
 done
 missing=()
