@@ -40,6 +40,14 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
 
 ENTRY_POINT_GROUP = "tracker"
 KINDS: tuple[str, ...] = ("losses", "kernels", "samplers", "loggers", "detectors", "panels")
+SINGULAR: dict[str, str] = {
+    "losses": "loss term",
+    "kernels": "kernel",
+    "samplers": "sampler",
+    "loggers": "logger",
+    "detectors": "detector",
+    "panels": "panel",
+}
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 
 
@@ -55,7 +63,7 @@ def _key_of(kind: str, item: Any) -> str:
     name = getattr(item, "name", None)
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise PluginError(
-            f"{kind[:-1]} {item!r} needs a 'name' attribute of letters, digits, '_', '.', '-'; "
+            f"{SINGULAR.get(kind, kind)} {item!r} needs a 'name' attribute of letters, digits, '_', '.', '-'; "
             f"got {name!r}"
         )
     return name
@@ -76,7 +84,7 @@ class Registry:
             validate()
         if key in self.items:
             raise PluginError(
-                f"duplicate {self.kind[:-1]} {key!r}: registered by plugin {self.owners[key]!r} "
+                f"duplicate {SINGULAR.get(self.kind, self.kind)} {key!r}: registered by plugin {self.owners[key]!r} "
                 f"and again by plugin {plugin!r}; disable one with TRACKER_DISABLE_PLUGINS={plugin}"
             )
         self.items[key] = item
@@ -87,7 +95,8 @@ class Registry:
             return self.items[key]
         except KeyError:
             available = ", ".join(sorted(self.items)) or "none"
-            raise PluginError(f"Unknown {self.kind[:-1]} {key!r}; available: {available}") from None
+            noun = "loss" if self.kind == "losses" else SINGULAR.get(self.kind, self.kind)
+            raise PluginError(f"Unknown {noun} {key!r}; available: {available}") from None
 
     def by_plugin(self, plugin: str) -> list[str]:
         return sorted(k for k, p in self.owners.items() if p == plugin)
@@ -127,10 +136,10 @@ def make_plugin_manager(
         for ep in md.entry_points(group=ENTRY_POINT_GROUP):
             if ep.name in disabled or pm.is_registered(ep.name) or pm.get_plugin(ep.name):
                 continue
+            if ep.dist is not None:  # known even when loading fails
+                _DIST_VERSIONS[ep.name] = ep.dist.version
             try:
                 pm.register(ep.load(), name=ep.name)
-                if ep.dist is not None:
-                    _DIST_VERSIONS[ep.name] = ep.dist.version
             except Exception as exc:
                 failures[ep.name] = f"load failed: {type(exc).__name__}: {exc}"
                 log.warning("plugin %s disabled: %s", ep.name, failures[ep.name])
@@ -155,15 +164,17 @@ _DIST_VERSIONS: dict[str, str] = {}
 
 
 def _plugin_version(pm: pluggy.PluginManager, name: str) -> str:
+    """The version of plugin ``name``: its distribution's, its ``__version__``, else tracker's (built-ins)."""
     if name in _DIST_VERSIONS:
         return _DIST_VERSIONS[name]
     plugin = pm.get_plugin(name)
-    for dist_plugin, dist in pm.list_plugin_distinfo():
-        if dist_plugin is plugin:
-            return dist.version
-    version = getattr(plugin, "__version__", None)
-    if version:
-        return str(version)
+    if plugin is not None:
+        for dist_plugin, dist in pm.list_plugin_distinfo():
+            if dist_plugin is plugin:
+                return dist.version
+        version = getattr(plugin, "__version__", None)
+        if version:
+            return str(version)
     try:
         return md.version("tracker")
     except md.PackageNotFoundError:  # pragma: no cover - running from a source tree
@@ -175,6 +186,7 @@ class Host:
 
     def __init__(self, pm: pluggy.PluginManager | None = None, failures: dict[str, str] | None = None):
         self.failures: dict[str, str] = dict(failures or {})
+        self.versions: dict[str, str] = {}  # versions of disabled plugins, read before unregistering
         self.pm = pm if pm is not None else make_plugin_manager(failures=self.failures)
         self.registries: dict[str, Registry] = {k: Registry(k) for k in KINDS}
         self._lock = threading.RLock()
@@ -224,7 +236,17 @@ class Host:
                 registry.owners.pop(key, None)
         plugin = self.pm.get_plugin(name)
         if plugin is not None:
+            self.versions.setdefault(name, _plugin_version(self.pm, name))
             self.pm.unregister(plugin)
+
+    def fill_all(self) -> dict[str, str]:
+        """Run every registration hook now; return the plugins that failed to load or register."""
+        self._fill()
+        return dict(self.failures)
+
+    def version(self, name: str) -> str:
+        """Plugin ``name``'s version, also for a plugin disabled because it failed."""
+        return self.versions.get(name) or _plugin_version(self.pm, name)
 
     # -- lookups -----------------------------------------------------------------
     def registry(self, kind: str) -> Registry:
@@ -267,11 +289,10 @@ class Host:
                 registered["commands"] = commands[name]
             yield {
                 "name": name,
-                "version": _plugin_version(self.pm, name) if self.pm.get_plugin(name) else "",
+                "version": self.version(name),
                 "registered": registered,
                 "status": self.status(name),
             }
-
 
     def _commands_by_plugin(self) -> dict[str, list[str]]:
         """The CLI commands each plugin adds (its hook run on a scratch group)."""

@@ -52,7 +52,8 @@ def test_overwriting_kernel_fails_the_accumulation_check_only(host: Host) -> Non
     assert checks == {"accumulation"}
     assert re.search(
         r"class_weighted_bce/broken: check 'accumulation' failed \(example 0 \{\}, prefilled grad, called twice\): "
-        r"worst element grad after one call - prefill\[\d+, \d+\] = -?[\d.e-]+, expected -?[\d.e-]+ \(\|error\| ",
+        r"the kernel OVERWROTE the gradient instead of adding into it: .* A kernel must ADD dL/dlogits into `grad` "
+        r"\(`grad \+= g`\), never assign it \(`grad\[\.\.\.\] = g`.*\(worst element grad after one call - prefill\[\d+, \d+\] = -?[\d.e-]+, expected -?[\d.e-]+ \(\|error\| ",
         message,
     ), message
     with pytest.raises(ConformanceError, match="check 'accumulation' failed"):
@@ -266,4 +267,4 @@ def test_pytest_plugin_makes_one_test_per_term_and_kernel(third_party: Host, pyt
     result.assert_outcomes(passed=2, failed=1)
     output = result.stdout.str()
     assert "test_tracker_kernel[smooth_hinge/assign]" in output
-    assert "smooth_hinge/assign: check 'accumulation' failed" in output
+    assert "smooth_hinge/assign (plugin 'thirdparty'): check 'accumulation' failed" in output

@@ -144,8 +144,12 @@ def test_check_plugins_fails_an_overwriting_kernel(square_host: Host) -> None:
     result = _run("check-plugins", "--term", "square")
     assert result.exit_code == 1
     assert "FAILED: accumulation" in result.output
-    assert "square/numpy: check 'accumulation' failed" in result.output
-    assert "worst element" in result.output
+    assert "square/numpy (plugin 'squares'): check 'accumulation' failed" in result.output
+    message = next(line for line in result.output.splitlines() if "check 'accumulation' failed" in line)
+    # in a plugin author's words, with the plugin named in the message itself
+    assert "OVERWROTE the gradient instead of adding into it" in message
+    assert "`grad += g`" in message and "`grad[...] = g`" in message
+    assert "in plugin 'squares'" in message
 
 
 @pytest.mark.parametrize("square_host", [False], indirect=True)
@@ -153,3 +157,66 @@ def test_check_plugins_unknown_term(square_host: Host) -> None:
     result = _run("check-plugins", "--term", "nope")
     assert result.exit_code == 1
     assert result.output.strip() == "Error: Unknown loss 'nope'; available: square"
+
+
+class RaisingPlugin:
+    """A loss plugin whose register hook raises half-way."""
+
+    __version__ = "2.5.0"
+
+    @hookimpl
+    def tracker_register_losses(self, register: Any) -> None:
+        register(LossTerm("cube", _square))
+        raise RuntimeError("boom while registering cube")
+
+
+class DuplicatePlugin:
+    """A loss plugin that registers a term name another plugin already has."""
+
+    __version__ = "0.3.1"
+
+    @hookimpl
+    def tracker_register_losses(self, register: Any) -> None:
+        register(LossTerm("square", _square))
+
+
+def _host_with(**plugins: object) -> Host:
+    pm = make_plugin_manager(default_plugins=(), entry_points=False)
+    for name, plugin in plugins.items():
+        pm.register(plugin, name=name)
+    return Host(pm)
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (RaisingPlugin(), "RuntimeError: boom while registering cube"),
+        (DuplicatePlugin(), "duplicate loss term 'square': registered by plugin 'squares' and again by plugin 'bad'"),
+    ],
+    ids=["raising-register-hook", "duplicate-term-name"],
+)
+def test_check_plugins_fails_when_a_plugin_failed_to_register(bad: object, reason: str) -> None:
+    old = set_host(_host_with(squares=SquarePlugin(broken=False), bad=bad))
+    try:
+        result = _run("check-plugins")
+    finally:
+        set_host(old)
+    assert result.exit_code == 1, result.output
+    rows = [line.split("\t") for line in result.output.splitlines() if line.count("\t") == 4]
+    bad_row = next(r for r in rows if r[2] == "bad")  # the table shows the failed plugin
+    assert bad_row[:4] == ["-", "-", "bad", "load"]
+    assert bad_row[4].startswith("FAILED: plugin disabled: tracker_register_losses raised") and reason in bad_row[4]
+    assert ["square", "reference", "squares", "9", "ok"] in rows  # the good plugin is still checked
+    assert "plugin 'bad' failed to load or register and was disabled: " in result.output
+    assert "losse " not in result.output
+
+
+def test_a_plugin_that_failed_to_register_keeps_its_version() -> None:
+    old = set_host(_host_with(squares=SquarePlugin(broken=False), bad=RaisingPlugin()))
+    try:
+        result = _run("plugins", "--format", "json")
+    finally:
+        set_host(old)
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    assert rows["bad"]["version"] == "2.5.0"
+    assert "boom while registering cube" in rows["bad"]["status"]

@@ -8,10 +8,9 @@ import json
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from tracker.cli import friendly
+from tracker.commands._output import print_rows
 from tracker.errors import ConfigError
 from tracker.weights import COUNT_SCHEMES, NORMALIZATIONS, SCHEMES, class_weights, load_counts
 
@@ -59,35 +58,36 @@ def _print_weights(rows: list[dict[str, Any]], fmt: str, title: str) -> None:
         writer.writerows(rows)
         click.echo(out.getvalue(), nl=False)
         return
-    table = Table(title=title)
-    table.add_column("class")
-    table.add_column("count", justify="right")
-    table.add_column("weight", justify="right")
-    for row in rows:
-        table.add_row(row["class"], "" if row["count"] is None else f"{row['count']:,}", f"{row['weight']:.6g}")
-    Console().print(table)
+    table_rows = [
+        [row["class"], "" if row["count"] is None else f"{row['count']:,}", f"{row['weight']:.6g}"] for row in rows
+    ]
+    print_rows(("class", "count", "weight"), table_rows, title=title, keys=("class", "weight"))
 
 
-def _check_table(report: Any, owners: dict[str, str]) -> Table:
-    table = Table(title="Loss-term conformance")
-    for column in ("term", "backend", "plugin", "checks", "status"):
-        table.add_column(column)
+FAILED_PLUGIN = "-"  # the term and backend columns of a plugin that registered nothing
+
+
+def check_rows(report: Any, owners: dict[str, str], failures: dict[str, str]) -> list[list[str]]:
+    """Rows (term, backend, plugin, checks, status): one per term and backend, one per failed plugin."""
+    rows = []
     groups: dict[tuple[str, str], list[Any]] = {}
     for result in report.results:
         groups.setdefault((result.term, result.backend), []).append(result)
     for (term, backend), results in groups.items():
         failed = [r.check for r in results if r.status == "failed"]
         skipped = [r.message for r in results if r.status == "skipped"]
-        status = (
-            "[red]FAILED: " + ", ".join(failed)
-            if failed
-            else f"[yellow]skipped: {skipped[0]}"
-            if skipped
-            else "[green]ok"
-        )
+        status = "FAILED: " + ", ".join(failed) if failed else f"skipped: {skipped[0]}" if skipped else "ok"
         owner = owners.get(term if backend == "reference" else f"{term}/{backend}", "")
-        table.add_row(term, backend, owner, str(len(results)), status)
-    return table
+        rows.append([term, backend, owner, str(len(results)), status])
+    for plugin, reason in sorted(failures.items()):
+        rows.append([FAILED_PLUGIN, FAILED_PLUGIN, plugin, "load", f"FAILED: plugin disabled: {reason}"])
+    return rows
+
+
+def _status_style(column: str, value: str) -> str | None:
+    if column != "status":
+        return None
+    return "red" if value.startswith("FAILED") else "yellow" if value.startswith("skipped") else "green"
 
 
 def register(cli: click.Group) -> None:
@@ -134,13 +134,21 @@ def register(cli: click.Group) -> None:
         else:
             report = check_all()
         host = get_host()
+        failures = host.fill_all()
         owners = {**host.registry("losses").owners, **host.registry("kernels").owners}
-        console = Console()
-        console.print(_check_table(report, owners))
+        rows = check_rows(report, owners, failures)
+        print_rows(
+            ("term", "backend", "plugin", "checks", "status"), rows, title="Loss-term conformance",
+            keys=("term", "backend", "plugin"), drop_order=("checks",), wrap=("status",),
+            style=_status_style,
+        )
         for result in report.results:
             if verbose or result.status == "failed":
-                console.print(
-                    result.message or f"{result.term}/{result.backend}: {result.check} {result.status}", markup=False
-                )
-        if not report.ok:
+                click.echo(result.message or f"{result.term}/{result.backend}: {result.check} {result.status}")
+        for plugin, reason in sorted(failures.items()):
+            click.echo(
+                f"plugin {plugin!r} failed to load or register and was disabled: {reason}; "
+                "its loss terms and kernels were not checked"
+            )
+        if not report.ok or failures:
             raise click.exceptions.Exit(1)

@@ -6,10 +6,9 @@ import json
 import sys
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from tracker.cli import friendly
+from tracker.commands._output import print_rows
 from tracker.host import get_host
 
 
@@ -22,14 +21,16 @@ def plugins(fmt: str) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
-    table = Table(title="tracker plugins")
-    for col in ("plugin", "version", "registered", "status"):
-        table.add_column(col, overflow="fold")
+    table_rows = []
     for row in rows:
         registered = "; ".join(f"{kind}: {', '.join(keys)}" for kind, keys in row["registered"].items())
-        status = "[green]ok[/]" if row["status"] is None else f"[yellow]unavailable:[/] {row['status']}"
-        table.add_row(row["name"], row["version"], registered or "-", status)
-    Console().print(table)
+        status = "ok" if row["status"] is None else f"unavailable: {row['status']}"
+        table_rows.append([row["name"], row["version"], registered or "-", status])
+    print_rows(
+        ("plugin", "version", "registered", "status"), table_rows, title="tracker plugins",
+        keys=("plugin",), wrap=("registered", "status"), style=lambda column, value: None if column != "status" else
+        ("green" if value == "ok" else "yellow"),
+    )
 
 
 def register(cli: click.Group) -> None:

@@ -6,9 +6,12 @@ import sys
 from pathlib import Path
 
 import click
+import polars as pl
+from rich.console import Console
 
 from tracker.cli import friendly
-from tracker.commands._output import format_option, print_frame
+from tracker.commands._output import format_option, print_frame, stdout_is_terminal
+from tracker.commands.summary import run_fields
 from tracker.errors import RunError
 from tracker.store import Store
 
@@ -53,20 +56,28 @@ def list_runs(home: str | None, project: str | None, status: str | None, fmt: st
         "WHERE (? IS NULL OR project = ?) AND (? IS NULL OR status = ?) ORDER BY created_at DESC",
         [project, project, status, status],
     )
-    print_frame(df, fmt, title=f"runs in {store.home}")
+    print_frame(
+        df, fmt, title=f"runs in {store.home}", keys=("run_id", "name"),
+        drop_order=("tags", "segments", "n_points", "duration_s", "project", "created", "last_step"), shrink=("tags",),
+    )
 
 
 @runs.command("show")
 @click.argument("run_id")
 @home_option
 @format_option
+@click.option("--full", is_flag=True, help="Show long config values whole instead of summarised.")
 @friendly
-def show_run(run_id: str, home: str | None, fmt: str) -> None:
-    """A run's metadata, segments and keys."""
+def show_run(run_id: str, home: str | None, fmt: str, full: bool) -> None:
+    """A run's metadata and config, segments and keys (long config values summarised unless --full)."""
     store = _store(home)
     _check_run(store, run_id)
     info = store.query("SELECT * FROM run_summary WHERE run_id = ?", [run_id])
-    segs = store.query("SELECT rank, segment, start_step, end_step, reason, started_at, ended_at FROM segments WHERE run_id = ? ORDER BY rank, segment", [run_id])
+    segs = store.query(
+        "SELECT rank, segment, start_step, end_step, reason, strftime(started_at, '%Y-%m-%d %H:%M:%S') AS started, "
+        "strftime(ended_at, '%Y-%m-%d %H:%M:%S') AS ended FROM segments WHERE run_id = ? ORDER BY rank, segment",
+        [run_id],
+    )
     keys = store.query(
         "SELECT key, count(*) AS points, min(step) AS first_step, max(step) AS last_step, "
         "arg_max(value, step) AS last_value, min(value) AS min_value FROM curves WHERE run_id = ? "
@@ -79,8 +90,26 @@ def show_run(run_id: str, home: str | None, fmt: str) -> None:
         out = {"run": info.to_dicts()[0], "segments": segs.to_dicts(), "keys": keys.to_dicts()}
         sys.stdout.write(json.dumps(out, default=str, indent=2) + "\n")
         return
-    for title, df in (("run", info), ("segments", segs), ("keys", keys)):
-        print_frame(df, fmt, title=title)
+    record = info.to_dicts()[0]
+    fields = run_fields(record, full=full, width=None if full else _summary_width(fmt, run_fields(record)))
+    sections = (
+        ("run", pl.DataFrame(fields, schema=["field", "value"], orient="row"), ("field", "value")),
+        ("segments", segs, ()),
+        ("keys", keys, ("key",)),
+    )
+    plain = fmt == "table" and not stdout_is_terminal()
+    for i, (title, df, key_columns) in enumerate(sections):
+        if plain:
+            sys.stdout.write(("\n" if i else "") + f"# {title}\n")
+        print_frame(df, fmt, title=title, keys=key_columns)
+
+
+def _summary_width(fmt: str, fields: list[tuple[str, str]]) -> int:
+    """How many characters a summarised config value may take: what a terminal leaves beside the names."""
+    if fmt == "table" and stdout_is_terminal():
+        longest = max((len(name) for name, _ in fields), default=0)
+        return max(24, Console().width - longest - 7)
+    return 60
 
 
 @runs.command("rm")
@@ -114,12 +143,12 @@ def export(run_id: str, home: str | None, fmt: str, output: str | None, all_rows
     source = "metrics" if all_rows else "curves"
     df = store.query(f"SELECT step, key, value, wall_time, rank, segment FROM {source} WHERE run_id = ? ORDER BY key, step, rank", [run_id])
     if fmt == "parquet":
-        path = Path(output or f"{run_id}.parquet")
+        path = Path(output or f"{run_id}.parquet").resolve()
         df.write_parquet(path)
         click.echo(f"wrote {df.height} rows to {path}", err=True)
     elif output:
         df.write_csv(output)
-        click.echo(f"wrote {df.height} rows to {output}", err=True)
+        click.echo(f"wrote {df.height} rows to {Path(output).resolve()}", err=True)
     else:
         sys.stdout.write(df.write_csv())
 

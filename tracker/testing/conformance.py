@@ -160,6 +160,32 @@ def _worst(what: str, got: Any, expected: Any, rtol: float, atol: float, scale: 
         )
 
 
+def _close(got: Any, expected: Any, rtol: float, atol: float, scale: Any = None) -> bool:
+    """True when ``got`` equals ``expected`` within the tolerances of :func:`_worst`."""
+    try:
+        _worst("", got, expected, rtol, atol, scale)
+    except _Failure:
+        return False
+    return True
+
+
+def _owner(term: LossTerm, kernel: Kernel | None) -> str | None:
+    """The plugin that registered ``term`` (or ``kernel``) with the process-wide host, if any."""
+    from tracker.host import get_host
+
+    try:
+        host = get_host()
+        if kernel is None:
+            registry, key = host.registry("losses"), term.name
+        else:
+            registry, key = host.registry("kernels"), f"{term.name}/{kernel.backend}"
+        if registry.items.get(key) is (term if kernel is None else kernel):
+            return registry.owners.get(key)
+    except Exception:  # a checker of an unregistered term or kernel names no plugin
+        return None
+    return None
+
+
 def _call(
     kernel: Kernel, x: np.ndarray, y: np.ndarray, grad: np.ndarray | None, resolved: dict[str, Any], reduction: str
 ) -> LossResult:
@@ -182,6 +208,7 @@ class _Checker:
 
     def __init__(self, term: LossTerm, kernel: Kernel, reference: Kernel | None):
         self.term, self.kernel, self.reference = term, kernel, reference
+        self.plugin = _owner(term, kernel if reference is not None else None)
         self.report = ConformanceReport()
         self.cases = _cases(term, NUM_CLASSES)
         self.float_dtype = "float64" if reference is None else "float32"
@@ -199,7 +226,8 @@ class _Checker:
             self._fail(check, label, f"raised {type(exc).__name__}: {exc}")
 
     def _fail(self, check: str, label: str, detail: str) -> None:
-        message = f"{self.term.name}/{self.kernel.backend}: check {check!r} failed ({label or 'setup'}): {detail}"
+        who = f" (plugin {self.plugin!r})" if self.plugin else ""
+        message = f"{self.term.name}/{self.kernel.backend}{who}: check {check!r} failed ({label or 'setup'}): {detail}"
         self.report.results.append(CheckResult(self.term.name, self.kernel.backend, check, "failed", message))
 
     def _tol(self, dtype: str) -> tuple[float, float]:
@@ -287,6 +315,11 @@ class _Checker:
             buffer = start.copy()
             _call(self.kernel, x, y, buffer, case.resolved, "sum")
             scale = np.maximum(np.abs(start), np.abs(g))
+            if _close(buffer, g, rtol, atol, scale):
+                try:
+                    _worst("grad after one call - prefill", buffer.astype(np.float64) - start, g, rtol, atol, scale)
+                except _Failure as detail:
+                    raise _Failure(f"{self._overwrote('a buffer that already held other gradients')} ({detail})")
             _worst("grad after one call - prefill", buffer.astype(np.float64) - start, g, rtol, atol, scale)
             _call(self.kernel, x, y, buffer, case.resolved, "sum")
             _worst("grad after two calls - prefill", buffer.astype(np.float64) - start, 2.0 * g, rtol, atol, scale)
@@ -297,7 +330,21 @@ class _Checker:
         buffer = np.zeros(x.shape, dtype=g_first.dtype)
         _call(self.kernel, x, y, buffer, first.resolved, "sum")
         _call(self.kernel, x, y, buffer, last.resolved, "mean")
+        if not _close(g_first, 0.0 * g_first, rtol, atol) and _close(buffer, g_last, rtol, atol):
+            raise _Failure(self._overwrote("a buffer that held the first term's gradient"))
         _worst("grad of both terms", buffer, g_first + g_last, rtol, atol)
+
+    def _overwrote(self, what: str) -> str:
+        """The plugin author's explanation of a kernel that assigns its gradient."""
+        owner = f"plugin {self.plugin!r}" if self.plugin else "the plugin"
+        return (
+            f"the kernel OVERWROTE the gradient instead of adding into it: called on {what}, it left "
+            f"only its own gradient there, so the gradients already in the buffer were lost. A kernel "
+            f"must ADD dL/dlogits into `grad` (`grad += g`), never assign it (`grad[...] = g`, "
+            f"`grad.fill(0)`, `np.copyto(grad, g)`): one buffer collects the gradients of every loss "
+            f"term on the same logits. Fix the {self.kernel.backend!r} kernel of {self.term.name!r} "
+            f"in {owner}."
+        )
 
     def agreement(self) -> Iterator[str]:
         """Loss, per-class sums, positives and gradient equal the reference."""
