@@ -9,7 +9,10 @@ Public API::
     run.finish()
     tracker.query("select * from curves where key = 'loss/box'")
 
-Submodules are imported lazily so ``import tracker`` stays cheap.
+Submodules are imported lazily so ``import tracker`` stays cheap: any submodule is
+reachable as an attribute without importing it first (``tracker.store.release()``,
+``tracker.torch.ClassWeightedBCEWithLogits``, ``tracker.weights.class_weights``);
+it is imported on first access.
 """
 
 from __future__ import annotations
@@ -58,8 +61,21 @@ __all__ = [
 ]
 
 
+def _submodule(name: str) -> str | None:
+    """``"tracker.<name>"`` when that submodule exists (found without importing it), else None."""
+    if name.startswith("_"):
+        return None
+    from importlib.util import find_spec
+
+    try:
+        return f"tracker.{name}" if find_spec(f"tracker.{name}") is not None else None
+    except (ImportError, ValueError):
+        return None
+
+
 def __getattr__(name: str) -> Any:
-    target = _LAZY.get(name)
+    """The public names of ``_LAZY`` and every submodule, imported on first access."""
+    target = _LAZY.get(name) or _submodule(name)
     if target is None:
         raise AttributeError(f"module 'tracker' has no attribute {name!r}")
     modname, _, attr = target.partition(":")
@@ -67,3 +83,9 @@ def __getattr__(name: str) -> Any:
     value = getattr(module, attr) if attr else module
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    from pkgutil import iter_modules
+
+    return sorted({*globals(), *_LAZY, *(m.name for m in iter_modules(__path__) if not m.name.startswith("_"))})

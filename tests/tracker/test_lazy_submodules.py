@@ -1,0 +1,43 @@
+"""``import tracker`` then any submodule as an attribute, without importing it first, and cheaply."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CODE = """
+import json, sys
+before = set(sys.modules)
+import tracker
+loaded = sorted(set(sys.modules) - before)
+out = {"loaded_by_import": [m for m in loaded if m.startswith("tracker") or m in ("torch", "duckdb", "polars", "numpy")]}
+tracker.store.release()                                   # README: close the idle reader
+out["torch_before_access"] = "torch" in sys.modules
+out["bce"] = tracker.torch.ClassWeightedBCEWithLogits.__name__
+out["weights"] = [round(w, 6) for w in tracker.weights.class_weights([10, 1000], "inverse").tolist()]
+out["in_dir"] = [n for n in ("store", "torch", "weights", "init") if n in dir(tracker)]
+try:
+    tracker.no_such_thing
+except AttributeError as exc:
+    out["missing"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_readme_spellings_work_without_importing_the_submodules_first() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    # import tracker stays light: no submodule with a heavy dependency is imported up front
+    assert out["loaded_by_import"] == ["tracker", "tracker.errors", "tracker.hookspecs"]
+    assert out["torch_before_access"] is False
+    assert out["bce"] == "ClassWeightedBCEWithLogits"
+    assert out["weights"] == [1.980198, 0.019802]
+    assert out["in_dir"] == ["store", "torch", "weights", "init"]
+    assert out["missing"] == "module 'tracker' has no attribute 'no_such_thing'"
