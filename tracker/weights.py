@@ -145,11 +145,32 @@ def _normalized(raw: np.ndarray, counts: np.ndarray | None, normalize: str) -> n
     return raw.copy()
 
 
+ACCEPTED_COUNTS = (
+    "accepted: a COCO instances file (its annotations are counted per category), "
+    'the class-count file {"categories": [{"name": ..., "instances": n}, ...]}, '
+    '{name: count}, [count, ...], [[name, count], ...] or [{"name": ..., "count": n}, ...]'
+)
+
+
 def _count_of(entry: dict[str, Any], where: str) -> float:
     for key in ("instances", "count", "counts", "n"):
         if key in entry:
             return entry[key]
-    raise DataError(f"{where} has keys {sorted(entry)}; expected a count under 'instances' or 'count'")
+    raise DataError(
+        f"{where} has keys {sorted(entry)}; expected a count under 'instances' or 'count' ({ACCEPTED_COUNTS})"
+    )
+
+
+def _is_coco_instances(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("annotations"), list) and "categories" in data
+
+
+def _coco_instance_counts(data: dict[str, Any], file: Path) -> list[tuple[str, Any]]:
+    """(name, instances) per category of a COCO instances file, in category order (validated)."""
+    from tracker.coco.index import from_dict
+
+    index = from_dict(data, path=file)
+    return [(str(name), int(n)) for name, n in zip(index.cat_names, index.instances_per_class())]
 
 
 def _entries(data: Any, path: str) -> list[tuple[str, Any]]:
@@ -158,7 +179,7 @@ def _entries(data: Any, path: str) -> list[tuple[str, Any]]:
     if isinstance(data, dict):
         return [(str(k), v) for k, v in data.items()]
     if not isinstance(data, list):
-        raise DataError(f"counts file {path} holds a {type(data).__name__}; expected a JSON object or list")
+        raise DataError(f"{path} holds a {type(data).__name__}; expected class counts ({ACCEPTED_COUNTS})")
     entries: list[tuple[str, Any]] = []
     for i, item in enumerate(data):
         if isinstance(item, dict):
@@ -173,9 +194,13 @@ def _entries(data: Any, path: str) -> list[tuple[str, Any]]:
 def load_counts(path: str | Path) -> ClassCounts:
     """Read class counts from JSON.
 
-    Accepted: ``{"categories": [{"name": ..., "instances": n}, ...]}`` (the COCO
-    class-count file), ``{name: count}``, ``[count, ...]``, ``[[name, count], ...]``
-    or ``[{"name": ..., "count": n}, ...]``.
+    Accepted: a COCO instances file (``images``, ``annotations``, ``categories``:
+    the annotations are counted per category, every category listed, in file order),
+    ``{"categories": [{"name": ..., "instances": n}, ...]}`` (the COCO class-count
+    file), ``{name: count}``, ``[count, ...]``, ``[[name, count], ...]`` or
+    ``[{"name": ..., "count": n}, ...]``. This is the one reader of counts files:
+    the CLI, the web UI and the demo all use it. A refused file gets an error that
+    lists these formats.
     """
     file = Path(path)
     try:
@@ -184,14 +209,17 @@ def load_counts(path: str | Path) -> ClassCounts:
         raise DataError(f"counts file {str(file)!r} does not exist; pass a JSON file of class counts") from None
     except json.JSONDecodeError as exc:
         raise DataError(f"counts file {str(file)!r} is not valid JSON ({exc}); expected class counts") from None
-    entries = _entries(data, str(file))
+    entries = _coco_instance_counts(data, file) if _is_coco_instances(data) else _entries(data, f"counts file {str(file)!r}")
     if not entries:
-        raise DataError(f"counts file {str(file)!r} lists no classes; expected one count per class")
+        raise DataError(f"counts file {str(file)!r} lists no classes; expected one count per class ({ACCEPTED_COUNTS})")
     names = [name for name, _ in entries]
     values = [count for _, count in entries]
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
         i = next(i for i, v in enumerate(values) if isinstance(v, bool) or not isinstance(v, (int, float)))
-        raise DataError(f"counts file {str(file)!r}: count of {names[i]!r} is {values[i]!r}; expected a number >= 0")
+        raise DataError(
+            f"counts file {str(file)!r}: count of {names[i]!r} is {values[i]!r}; expected a number >= 0 "
+            f"({ACCEPTED_COUNTS})"
+        )
     try:
         counts = _vector(values, f"counts file {str(file)!r}: counts")
     except ConfigError as exc:

@@ -151,7 +151,7 @@ def test_load_counts_accepts_mappings_and_lists(tmp_path: Path, payload) -> None
     ("content", "message"),
     [
         ("{not json", "is not valid JSON"),
-        ('"text"', "holds a str; expected a JSON object or list"),
+        ('"text"', "holds a str; expected class counts (accepted: a COCO instances file"),
         ("[]", "lists no classes"),
         ('{"cat": "many"}', "count of 'cat' is 'many'"),
         ('{"cat": -1}', "counts[0] is -1.0"),
@@ -169,3 +169,43 @@ def test_load_counts_errors(tmp_path: Path, content: str, message: str) -> None:
 def test_load_counts_missing_file(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="does not exist"):
         load_counts(tmp_path / "nope.json")
+
+
+COCO_INSTANCES = Path(__file__).resolve().parents[3] / "shared/data/coco/instances_val2014_100.json"
+
+
+def test_load_counts_counts_the_instances_of_a_coco_file() -> None:
+    data = json.loads(COCO_INSTANCES.read_text())
+    expected = {c["name"]: 0 for c in data["categories"]}
+    names = {c["id"]: c["name"] for c in data["categories"]}
+    for ann in data["annotations"]:
+        expected[names[ann["category_id"]]] += 1
+    loaded = load_counts(COCO_INSTANCES)
+    assert loaded.names == [c["name"] for c in data["categories"]]
+    assert dict(zip(loaded.names, loaded.counts.tolist())) == expected
+    assert len(loaded.names) == 80 and loaded.counts.sum() == len(data["annotations"])
+
+
+def test_weights_command_reads_a_coco_instances_file() -> None:
+    from click.testing import CliRunner
+
+    from tracker.cli import build_cli
+
+    res = CliRunner().invoke(build_cli(), ["weights", "--counts", str(COCO_INSTANCES), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    classes = json.loads(res.output)["classes"]
+    loaded = load_counts(COCO_INSTANCES)
+    assert [c["class"] for c in classes] == loaded.names
+    assert [c["count"] for c in classes] == [int(n) for n in loaded.counts]
+
+
+def test_a_refused_counts_file_lists_the_accepted_formats(tmp_path: Path) -> None:
+    path = tmp_path / "categories.json"
+    path.write_text(json.dumps([{"id": 1, "name": "person", "supercategory": "person"}]))
+    with pytest.raises(DataError) as info:
+        load_counts(path)
+    message = str(info.value)
+    assert f"counts file {str(path)!r} entry 0 has keys ['id', 'name', 'supercategory']" in message
+    for accepted in ("a COCO instances file", '{"categories": [{"name": ..., "instances": n}, ...]}',
+                     "{name: count}", "[count, ...]", "[[name, count], ...]"):
+        assert accepted in message

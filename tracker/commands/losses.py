@@ -98,7 +98,7 @@ def register(cli: click.Group) -> None:
         "--counts",
         "counts_path",
         type=click.Path(dir_okay=False),
-        help="JSON class counts (COCO counts file, {name: n} or a list)",
+        help="class counts: a COCO instances file, the COCO class-count file, {name: n} or a list",
     )
     @click.option("--scheme", type=click.Choice(SCHEMES), default="inverse", show_default=True)
     @click.option("--beta", type=float, default=0.999, show_default=True, help="effective_number beta")
