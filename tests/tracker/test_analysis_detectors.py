@@ -78,6 +78,50 @@ def test_non_finite_on_float16_runs_suggests_bfloat16_and_loss_scaling(config: d
     assert uses_float16(config) and not uses_float16({"dtype": "bfloat16", "amp": False})
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"amp": "float16"},  # amp given as a dtype string
+        {"amp": "fp16"},
+        {"amp_dtype": "torch.float16"},
+        {"precision": "16-mixed"},  # Lightning
+        {"precision": 16},
+        {"precision": "16-true"},
+        {"mixed_precision": "fp16"},  # accelerate
+        {"fp16": True},  # Hugging Face TrainingArguments
+        {"half": True},
+        {"amp": True, "device": "0"},  # Ultralytics on CUDA
+        {"amp": True, "device": "cuda:1"},
+        {"trainer": {"precision": "16-mixed"}},  # a nested section
+    ],
+    ids=repr,
+)
+def test_float16_is_recognised_in_common_spellings(config: dict[str, Any]) -> None:
+    values = decaying(600)
+    values[400] = np.nan
+    (event,) = run_curve(values, config)
+    assert event.data["float16"] is True and "bfloat16" in event.message and "loss scaling" in event.message
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"amp": "bfloat16"},
+        {"precision": "bf16-mixed"},
+        {"mixed_precision": "bf16"},
+        {"mixed_precision": "no"},
+        {"fp16": False},
+        {"amp": True, "device": "cpu"},  # Ultralytics and autocast use no float16 on the CPU
+        {"amp": True, "amp_dtype": "bfloat16"},
+        {"precision": 0.85},  # a metric, not a dtype
+        {"analysis": {"dtype": "float16"}},  # the analysis section is not the training config
+    ],
+    ids=repr,
+)
+def test_bfloat16_and_float32_runs_are_not_float16(config: dict[str, Any]) -> None:
+    assert not uses_float16(config)
+
+
 def test_divergence_sets_status_and_recovery_resets_it() -> None:
     values = decaying(4000, seed=1)
     values[2000:2600] *= 4.0

@@ -139,13 +139,63 @@ def parse_assignment(text: str) -> tuple[str, str, Any]:
     return detector, param, value
 
 
-def uses_float16(config: Mapping[str, Any] | None) -> bool:
-    """Whether the run's config says it trains in float16 or with automatic mixed precision."""
-    config = config or {}
-    if config.get("amp") is True or config.get("fp16") is True or config.get("half") is True:
+# How frameworks spell "this run computes in float16": dtype strings (PyTorch, JAX),
+# Lightning's precision ("16-mixed", "16-true", 16), accelerate's mixed_precision="fp16",
+# a dtype given to an AMP switch (amp="float16").
+FLOAT16_SPELLINGS = frozenset({"float16", "fp16", "half", "f16", "16", "16-mixed", "16-true", "16_mixed", "amp"})
+BFLOAT16_SPELLINGS = frozenset({"bfloat16", "bf16", "bf16-mixed", "bf16-true", "bf16_mixed"})
+DTYPE_KEYS = (
+    "dtype", "precision", "amp", "amp_dtype", "autocast_dtype", "mixed_precision", "compute_dtype", "torch_dtype",
+)
+FLOAT16_FLAGS = ("fp16", "half", "use_amp", "use_fp16")  # Hugging Face fp16=True, Ultralytics half=True, ...
+NON_CUDA_DEVICES = ("cpu", "mps")  # where PyTorch autocast (and Ultralytics' amp) does not use float16
+_NESTED_DEPTH = 3
+
+
+def _spelling(value: Any) -> str:
+    text = str(value).strip().lower()
+    return text.removeprefix("torch.").removeprefix("jnp.").removeprefix("np.")
+
+
+def _amp_switch_means_float16(config: Mapping[str, Any]) -> bool:
+    """``amp=True``: float16 on CUDA (Ultralytics and torch.autocast's default), unless a bfloat16
+    autocast dtype or a CPU/MPS device says otherwise."""
+    if config.get("amp") is not True:
+        return False
+    for key in ("amp_dtype", "autocast_dtype"):
+        if key in config and _spelling(config[key]) in BFLOAT16_SPELLINGS:
+            return False
+    device = config.get("device")
+    if isinstance(device, str) and _spelling(device).split(":")[0] in NON_CUDA_DEVICES:
+        return False
+    return True
+
+
+def _mapping_uses_float16(config: Mapping[str, Any], depth: int) -> bool:
+    if _amp_switch_means_float16(config) or any(config.get(flag) is True for flag in FLOAT16_FLAGS):
         return True
-    for name in ("dtype", "precision", "amp_dtype", "mixed_precision", "compute_dtype"):
-        value = str(config.get(name, "")).lower().replace("torch.", "")
-        if value in ("float16", "fp16", "half", "16", "16-mixed", "amp", "f16"):
+    for key in DTYPE_KEYS:
+        value = config.get(key)
+        if value is not None and not isinstance(value, (bool, Mapping)) and _spelling(value) in FLOAT16_SPELLINGS:
             return True
-    return False
+    if depth >= _NESTED_DEPTH:
+        return False
+    return any(
+        isinstance(value, Mapping) and _mapping_uses_float16(value, depth + 1)
+        for key, value in config.items()
+        if key != "analysis"
+    )
+
+
+def uses_float16(config: Mapping[str, Any] | None) -> bool:
+    """Whether the run's config says it trains in float16 (mixed precision included).
+
+    Recognised, at the top level or in a nested section (``{"trainer": {...}}``):
+    ``amp``/``dtype``/``precision``/``amp_dtype``/``autocast_dtype``/``mixed_precision``/
+    ``compute_dtype``/``torch_dtype`` spelled ``float16``, ``torch.float16``, ``fp16``,
+    ``half``, ``16``, ``16-mixed`` or ``16-true`` (Lightning), ``mixed_precision="fp16"``
+    (accelerate); the flags ``fp16=True`` (Hugging Face), ``half=True``, ``use_amp=True``;
+    and ``amp=True`` (Ultralytics, torch.autocast on CUDA) unless ``device`` is ``cpu`` or
+    ``mps`` or the autocast dtype is bfloat16.
+    """
+    return bool(config) and _mapping_uses_float16(config, 0)  # type: ignore[arg-type]
