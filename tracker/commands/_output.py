@@ -17,8 +17,12 @@ Rules every command's table follows:
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import click
@@ -197,3 +201,36 @@ def print_frame(
         )
         if terminal and df.height > max_rows:
             Console().print(f"[dim]... {df.height - max_rows} more rows (use --format csv for all)[/]")
+
+
+def tracker_command() -> str:
+    """How to spell this installation's ``tracker`` command in a hint the user pastes into a shell.
+
+    ``tracker`` when that name on PATH is this installation's script (an activated
+    environment); else the script's path, relative to the working directory when it
+    lies below it (``.venv/bin/tracker``), so the hint works in a fresh shell.
+    """
+    script = Path(sys.executable).parent / "tracker"
+    on_path = shutil.which("tracker")
+    if on_path and script.exists() and os.path.samefile(on_path, script):
+        return "tracker"
+    if not script.exists():
+        return f"{shlex.quote(sys.executable)} -m tracker.cli"
+    return shlex.quote(_relative(script))
+
+
+def activate_hint() -> str | None:
+    """``. .venv/bin/activate`` (the environment of this interpreter) when it is not active, else None."""
+    activate = Path(sys.executable).parent / "activate"
+    if tracker_command() == "tracker" or not activate.exists():
+        return None
+    return f". {shlex.quote(_relative(activate))}"
+
+
+def _relative(path: Path) -> str:
+    """``path`` relative to the working directory when below it (never resolving the venv's symlinks)."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)

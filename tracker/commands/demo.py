@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import shlex
 import socket
 import subprocess
 import time
@@ -11,6 +12,7 @@ import click
 from rich.console import Console
 
 from tracker.cli import friendly
+from tracker.commands._output import activate_hint, tracker_command
 from tracker.commands.ui import app_env, streamlit_command
 
 
@@ -73,11 +75,17 @@ def demo(steps: int, home: str | None, ui: bool, port: int) -> None:
     for row in summary.iter_rows(named=True):
         console.print(f"  {row['run_id']}: {row['status']}, last step {row['last_step']}, "
                       f"{row['n_points']} points, {row['segments']} segment(s)")
+    # pasted as printed into a fresh shell, these work: `.venv/bin/tracker` unless the environment is active,
+    # and the store named when it is not the default one
+    cli = tracker_command() if home is None else f"TRACKER_HOME={shlex.quote(str(home_dir(home)))} {tracker_command()}"
     console.print("look at it with:\n"
-                  f"  tracker runs show {weighted}\n"
-                  f"  tracker analyze {weighted}\n"
-                  "  tracker sql \"SELECT run_id, key, count(*) FROM curves GROUP BY ALL\"\n"
-                  "  streamlit run webui   (or: tracker ui)")
+                  f"  {cli} runs show {weighted}\n"
+                  f"  {cli} analyze {weighted}\n"
+                  f"  {cli} sql \"SELECT run_id, key, count(*) FROM curves GROUP BY ALL\"\n"
+                  f"  {cli} ui", markup=False, highlight=False)
+    if activate_hint():
+        console.print(f"(or activate the environment first, `{activate_hint()}`, and type plain `tracker`)",
+                      markup=False, highlight=False)
     if not ui:
         return
     port = _free_port(port)
