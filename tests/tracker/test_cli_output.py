@@ -170,3 +170,11 @@ def test_export_parquet_says_where_it_wrote(tmp_path: Path, monkeypatch: pytest.
     written = tmp_path / f"{run_id}.parquet"
     assert written.exists()
     assert f"wrote 5 rows to {written}" in res.output
+
+
+def test_a_query_of_one_long_text_column_still_shows_it() -> None:
+    _seed()
+    lines = _in_terminal(_cli("sql", "SELECT config FROM runs"), 80)
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == 2 and all('{"lr": 0.01' in row and row.endswith("… │") for row in rows), "\n".join(lines)
+    assert max(len(line) for line in lines) <= 80

@@ -110,7 +110,7 @@ def plan_layout(
     kept = list(range(len(columns)))
     while sum(floor[i] for i in kept) + table_overhead(len(kept)) > width:
         droppable = [i for i in kept if not is_key[i]]
-        if not droppable:
+        if not droppable or len(kept) == 1:  # the last column stays, narrowed if it can be
             break
         first = [columns.index(c) for c in drop_order if c in columns and columns.index(c) in droppable]
         kept.remove(first[0] if first else droppable[-1])
@@ -194,6 +194,8 @@ def print_frame(
         sys.stdout.write(df.write_json() + "\n")
     else:
         terminal = stdout_is_terminal()
+        if not shrink and not keys:  # a query's result: its text columns may end in "…"
+            shrink = [c for c, t in df.schema.items() if t == pl.String or t.is_nested()]
         shown = df if not terminal else df.head(max_rows)
         rows = [[cell(v) for v in row] for row in shown.iter_rows()]
         print_rows(
