@@ -41,7 +41,7 @@ def _seed(n_classes: int = 80) -> list[str]:
     return ids
 
 
-def _cli(*args: str, **env: str) -> list[str]:
+def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "tracker.cli", *args]
 
 
@@ -178,3 +178,11 @@ def test_a_query_of_one_long_text_column_still_shows_it() -> None:
     rows = [line for line in lines if line.startswith("│")]
     assert len(rows) == 2 and all('{"lr": 0.01' in row and row.endswith("… │") for row in rows), "\n".join(lines)
     assert max(len(line) for line in lines) <= 80
+
+
+def test_runs_show_csv_keeps_config_values_whole() -> None:
+    run_id = _seed()[0]
+    res = CliRunner().invoke(build_cli(), ["runs", "show", run_id, "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    line = next(line for line in res.output.splitlines() if line.startswith("config.class_counts,"))
+    assert json.loads(next(csv.reader([line]))[1]) == list(range(1000, 1080))

@@ -91,17 +91,18 @@ def show_run(run_id: str, home: str | None, fmt: str, full: bool) -> None:
         sys.stdout.write(json.dumps(out, default=str, indent=2) + "\n")
         return
     record = info.to_dicts()[0]
+    full = full or fmt != "table"  # csv: every value whole
     fields = run_fields(record, full=full, width=None if full else _summary_width(fmt, run_fields(record)))
     sections = (
         ("run", pl.DataFrame(fields, schema=["field", "value"], orient="row"), ("field", "value")),
-        ("segments", segs, ()),
+        ("segments", segs, ("rank", "segment")),
         ("keys", keys, ("key",)),
     )
     plain = fmt == "table" and not stdout_is_terminal()
     for i, (title, df, key_columns) in enumerate(sections):
         if plain:
             sys.stdout.write(("\n" if i else "") + f"# {title}\n")
-        print_frame(df, fmt, title=title, keys=key_columns)
+        print_frame(df, fmt, title=None if plain else title, keys=key_columns)
 
 
 def _summary_width(fmt: str, fields: list[tuple[str, str]]) -> int:
