@@ -209,7 +209,10 @@ def load_counts(path: str | Path) -> ClassCounts:
         raise DataError(f"counts file {str(file)!r} does not exist; pass a JSON file of class counts") from None
     except json.JSONDecodeError as exc:
         raise DataError(f"counts file {str(file)!r} is not valid JSON ({exc}); expected class counts") from None
-    entries = _coco_instance_counts(data, file) if _is_coco_instances(data) else _entries(data, f"counts file {str(file)!r}")
+    if _is_coco_instances(data):
+        entries = _coco_instance_counts(data, file)
+    else:
+        entries = _entries(data, f"counts file {str(file)!r}")
     if not entries:
         raise DataError(f"counts file {str(file)!r} lists no classes; expected one count per class ({ACCEPTED_COUNTS})")
     names = [name for name, _ in entries]

@@ -53,7 +53,8 @@ def test_overwriting_kernel_fails_the_accumulation_check_only(host: Host) -> Non
     assert re.search(
         r"class_weighted_bce/broken: check 'accumulation' failed \(example 0 \{\}, prefilled grad, called twice\): "
         r"the kernel OVERWROTE the gradient instead of adding into it: .* A kernel must ADD dL/dlogits into `grad` "
-        r"\(`grad \+= g`\), never assign it \(`grad\[\.\.\.\] = g`.*\(worst element grad after one call - prefill\[\d+, \d+\] = -?[\d.e-]+, expected -?[\d.e-]+ \(\|error\| ",
+        r"\(`grad \+= g`\), never assign it \(`grad\[\.\.\.\] = g`.*"
+        r"\(worst element grad after one call - prefill\[\d+, \d+\] = -?[\d.e-]+, expected -?[\d.e-]+ \(\|error\| ",
         message,
     ), message
     with pytest.raises(ConformanceError, match="check 'accumulation' failed"):

@@ -15,7 +15,8 @@ import json, sys
 before = set(sys.modules)
 import tracker
 loaded = sorted(set(sys.modules) - before)
-out = {"loaded_by_import": [m for m in loaded if m.startswith("tracker") or m in ("torch", "duckdb", "polars", "numpy")]}
+heavy = ("torch", "duckdb", "polars", "numpy")
+out = {"loaded_by_import": [m for m in loaded if m.startswith("tracker") or m in heavy]}
 tracker.store.release()                                   # README: close the idle reader
 out["torch_before_access"] = "torch" in sys.modules
 out["bce"] = tracker.torch.ClassWeightedBCEWithLogits.__name__

@@ -61,7 +61,8 @@ def run_fields(record: dict[str, Any], *, full: bool = False, width: int | None 
     for name, value in record.items():
         if name == "config":
             config = json.loads(value) if isinstance(value, str) else value
-            items = list(_flatten("config", config, full)) if isinstance(config, dict) and config else [("config", config)]
+            flat = isinstance(config, dict) and config
+            items = list(_flatten("config", config, full)) if flat else [("config", config)]
             rows.extend((key, "" if item is None else summarise(item, None if full else width)) for key, item in items)
         elif isinstance(value, (list, tuple)):
             rows.append((name, ", ".join(str(v) for v in value)))
