@@ -261,6 +261,14 @@ class Host:
     def get(self, kind: str, key: str) -> Any:
         return self.registry(kind).get(key)
 
+    def owner(self, kind: str, key: str, item: Any = None) -> str | None:
+        """The plugin that registered ``key`` of ``kind`` (None if none did, or, given ``item``,
+        if what it registered is another object)."""
+        registry = self.registry(kind)
+        if key not in registry.items or (item is not None and registry.items[key] is not item):
+            return None
+        return registry.owners[key]
+
     def status(self, name: str) -> str | None:
         """None when plugin ``name`` is usable, else why not."""
         if name in self.failures:

@@ -173,17 +173,9 @@ def _owner(term: LossTerm, kernel: Kernel | None) -> str | None:
     """The plugin that registered ``term`` (or ``kernel``) with the process-wide host, if any."""
     from tracker.host import get_host
 
-    try:
-        host = get_host()
-        if kernel is None:
-            registry, key = host.registry("losses"), term.name
-        else:
-            registry, key = host.registry("kernels"), f"{term.name}/{kernel.backend}"
-        if registry.items.get(key) is (term if kernel is None else kernel):
-            return registry.owners.get(key)
-    except Exception:  # a checker of an unregistered term or kernel names no plugin
-        return None
-    return None
+    if kernel is None:
+        return get_host().owner("losses", term.name, term)
+    return get_host().owner("kernels", f"{term.name}/{kernel.backend}", kernel)
 
 
 def _call(
