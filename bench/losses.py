@@ -26,6 +26,7 @@ if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().p
 import argparse  # noqa: E402
 import functools  # noqa: E402
 import os  # noqa: E402
+import statistics  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
 from typing import Any, Callable  # noqa: E402
@@ -35,23 +36,29 @@ import numpy as np  # noqa: E402
 from tracker.losses import kernels, loss  # noqa: E402
 
 
-def interleaved_best_ms(calls: dict[str, Callable[[], Any]], repeat: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Best wall time and best process CPU time (all threads) of each call over ``repeat`` rounds, in ms.
+def interleaved_ms(calls: dict[str, Callable[[], Any]], repeat: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and process CPU time (all threads) of each call in each of ``repeat`` rounds, in ms.
 
-    Every round runs every call once, so a busy machine slows them all alike;
-    CPU time is the steadier figure when other processes share the cores.
+    Every round runs every call once, so a busy machine slows them all alike; a
+    ratio taken within one round compares calls under the same load.
     """
     for fn in calls.values():
         fn()
-    wall = dict.fromkeys(calls, float("inf"))
-    cpu = dict.fromkeys(calls, float("inf"))
+    wall: dict[str, list[float]] = {k: [] for k in calls}
+    cpu: dict[str, list[float]] = {k: [] for k in calls}
     for _ in range(repeat):
         for name, fn in calls.items():
             start, start_cpu = time.perf_counter(), time.process_time()
             fn()
-            cpu[name] = min(cpu[name], time.process_time() - start_cpu)
-            wall[name] = min(wall[name], time.perf_counter() - start)
-    return {k: v * 1e3 for k, v in wall.items()}, {k: v * 1e3 for k, v in cpu.items()}
+            cpu[name].append((time.process_time() - start_cpu) * 1e3)
+            wall[name].append((time.perf_counter() - start) * 1e3)
+    return wall, cpu
+
+
+def ratio_spread(ours: list[float], anchor: list[float]) -> str:
+    """Per-round ratios ``ours / anchor`` as ``median (min-max)``."""
+    ratios = [a / b for a, b in zip(ours, anchor)]
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def torch_calls(x: np.ndarray, y: np.ndarray) -> dict[str, Callable[[], Any]]:
@@ -146,12 +153,24 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"logits {x.shape} float32 = {x.size / 1e6:.2f} M elements ({x.nbytes / 2**20:.1f} MiB); "
-        f"{cpus} CPUs, load average {load:.2f}; best of {args.repeat} interleaved rounds"
+        f"{cpus} CPUs, load average {load:.2f}; best of {args.repeat} interleaved rounds (ratios: per round)"
     )
     calls, notes = kernel_calls(x, y, np.zeros_like(x))
     calls = {**torch_calls(x.reshape(n, -1), y.reshape(n, -1)), **calls}
-    wall, cpu = interleaved_best_ms(calls, args.repeat)
+    samples, cpu_samples = interleaved_ms(calls, args.repeat)
+    wall = {k: min(v) for k, v in samples.items()}
+    cpu = {k: min(v) for k, v in cpu_samples.items()}
     report(wall, cpu, calls, x.nbytes)
+    anchor = samples.get("torch/forward+backward")
+    if anchor:
+        print(f"  per-round ratio to torch forward+backward, median (min-max) over {args.repeat} rounds:")
+        for key in (k for k in samples if k.endswith("/grad")):
+            print(f"    {key[: -len('/grad')]:<30} {ratio_spread(samples[key], anchor)}")
+        numpy_bce, vulkan_bce = samples.get("class_weighted_bce/numpy/grad"), samples.get("class_weighted_bce/vulkan/grad")
+        if numpy_bce:
+            print(f"  target: numpy class_weighted_bce <= 0.7x torch: {ratio_spread(numpy_bce, anchor)}")
+        if numpy_bce and vulkan_bce:
+            print(f"  target: vulkan class_weighted_bce <= 0.45x numpy: {ratio_spread(vulkan_bce, numpy_bce)}")
     for note in notes:
         print(note)
     print("wall ms (process CPU ms, all threads); ratio = our forward+grad (with per-class sums)")

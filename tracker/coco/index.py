@@ -2,7 +2,11 @@
 
 Loading rules:
 
-* The file is read as bytes and parsed with ``orjson`` while Python's cyclic
+* Without ``keep_segmentation``, a file is first decoded by the typed fast path
+  (:mod:`tracker.coco.typed`: msgspec record types, nothing but the needed fields
+  ever becomes a Python object); a file it cannot take as is goes the general way
+  below, which also gives the precise errors.
+* The general way: the file is read as bytes and parsed with ``orjson`` while Python's cyclic
   garbage collector is paused (a COCO file is millions of small containers; the
   collector would otherwise rescan them over and over, several times the parse).
 * Unless ``keep_segmentation=True``, every ``"segmentation"`` value that is a list
@@ -191,6 +195,10 @@ def load(
     Segmentations are dropped unless ``keep_segmentation``; with ``skip_invalid``
     bad annotations are skipped and listed in ``index.skipped`` instead of raising.
     """
+    if not keep_segmentation:
+        index = _load_typed(Path(path), progress)
+        if index is not None:
+            return index
     with gc_paused():
         raw = read_json(path, keep_segmentation=keep_segmentation, progress=progress)
         index = from_dict(raw, skip_invalid=skip_invalid, keep_segmentation=keep_segmentation,
@@ -199,6 +207,28 @@ def load(
     if progress:
         progress("indexed", 1.0)
     return index
+
+
+def _load_typed(path: Path, progress: Progress | None) -> CocoIndex | None:
+    """The fast path (:mod:`tracker.coco.typed`), or None to take the general one."""
+    from tracker.coco.typed import decode
+    from tracker.coco.validate import typed_columns
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None  # the general path names the problem
+    if progress:
+        progress("parsing", 0.2)
+    with gc_paused():
+        cols = decode(data)
+        del data
+        fields = None if cols is None else typed_columns(cols, _where(path))
+    if fields is None:
+        return None
+    if progress:
+        progress("indexed", 1.0)
+    return CocoIndex(**fields, path=path)
 
 
 def from_dict(

@@ -282,3 +282,31 @@ def _fix_row(reason: str, positions: np.ndarray) -> str:
     head, _, tail = reason.partition("(first at row ")
     row = int(tail.rstrip(")"))
     return f"{head}(first at annotation #{int(positions[row])})"
+
+
+def typed_columns(cols: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """CocoIndex fields from :func:`tracker.coco.typed.decode`'s columns, or None.
+
+    Runs the same uniqueness and semantic checks as the general path. None when an
+    annotation has a problem: the caller then takes the general path, which names
+    the record (or skips it with ``skip_invalid``).
+    """
+    img, cat, ann = cols["images"], cols["categories"], cols["annotations"]
+    _check_unique("image", img["image_ids"], where)
+    _check_unique("category", cat["ids"], where)
+    order = np.argsort(cat["ids"], kind="stable")
+    cat_ids = cat["ids"][order]
+    problems, img_idx, cat_idx = _semantic_problems(ann, img["image_ids"], cat_ids)
+    if problems:
+        return None
+    n = len(ann["ann_ids"])
+    return {
+        **img,
+        "image_pos": np.arange(len(img["image_ids"]), dtype=np.int64),
+        "cat_ids": cat_ids,
+        "cat_names": [cat["names"][i] for i in order],
+        "supercategories": [cat["supercategories"][i] for i in order],
+        "ann_ids": ann["ann_ids"], "ann_image": img_idx.astype(np.int32),
+        "ann_category": cat_idx.astype(np.int32), "bbox": ann["bbox"], "area": ann["area"],
+        "iscrowd": ann["iscrowd"], "ann_pos": np.arange(n, dtype=np.int64),
+    }
