@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracker.errors import RunError
+from tracker.errors import ConfigError, RunError
 
 PAUSE_FILE = "paused-at"
 
@@ -189,8 +189,14 @@ def _run_id(workdir: Path, name: str) -> str:
 
 def run_demo(home: str | Path | None, tag: str, *, train_images: int = 256, val_images: int = 64,
              epochs: int = 10, imgsz: int = 64, batch: int = 16, rfs_threshold: float = 0.05,
-             kill_at: tuple[int, int] = (5, 4), echo: Any = print) -> DemoResult:
-    """Generate the dataset, train run A, train run B until killed mid-epoch, resume it."""
+             kill_at: tuple[int, int] | None = None, echo: Any = print) -> DemoResult:
+    """Generate the dataset, train run A, train run B until killed mid-epoch, resume it.
+
+    ``kill_at`` is (epoch index, batch index); by default the middle epoch, a few batches in.
+    """
+    if epochs < 2:
+        raise ConfigError(f"epochs is {epochs!r}; the demo needs at least 2 to kill and resume run B")
+    kill_at = kill_at or (epochs // 2, max(0, min(4, train_images // batch // 2 - 1)))
     from tracker.integrations.yolo_synthetic import make_dataset
     from tracker.run import home_dir
 

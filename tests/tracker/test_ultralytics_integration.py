@@ -65,7 +65,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
         assert run_child(plain, home, log=logs, extra_env=env) == 0, (workdir / "children.log").read_text()[-3000:]
         weighted = TrainSpec(name="weighted", loss="class_weighted_bce", loss_params=WEIGHTED, rfs_threshold=RFS,
                              pause_at=KILL_AT, **common)
-        killed = run_child(weighted, home, log=logs, extra_env=env)
+        killed = run_child(weighted, home, log=logs, extra_env=env, kill_after_pause_s=3.0)  # > 2 flushes
         resumed = TrainSpec(**{**weighted.__dict__, "pause_at": None, "resume": True})
         assert run_child(resumed, home, log=logs, extra_env=env) == 0, (workdir / "children.log").read_text()[-3000:]
     finally:
