@@ -265,6 +265,27 @@ def test_weighted_term_changes_the_loss_and_its_gradient(ultralytics_here: Any) 
     assert all(bool(np.isfinite(g.numpy()).all()) for g in grads)
 
 
+def test_without_a_term_ultralytics_class_weights_apply_once_and_show_per_class(ultralytics_here: Any) -> None:
+    import torch
+
+    from tracker.integrations.ultralytics_loss import install
+
+    stock, batch = _model_and_batch()
+    unweighted = copy.deepcopy(stock)
+    weights = torch.linspace(0.2, 3.0, 80)
+    stock.class_weights = weights  # what Ultralytics sets for cls_pw > 0
+    ours = copy.deepcopy(stock)
+    stock_items, _ = _loss_and_grads(stock, batch)
+    per_class = install(ours, None)
+    items, _ = _loss_and_grads(ours, batch)
+    assert items["cls_loss"] == pytest.approx(stock_items["cls_loss"], rel=1e-6)
+    vector = per_class()
+    assert float(vector.sum()) == pytest.approx(items["cls_loss"], rel=1e-5)
+    plain = install(unweighted, None)
+    _loss_and_grads(unweighted, batch)
+    np.testing.assert_allclose(vector.numpy(), (plain() * weights.double()).numpy(), rtol=1e-5)
+
+
 def test_cls_pw_with_a_loss_term_is_refused(ultralytics_here: Any, tmp_path: Path) -> None:
     from ultralytics import YOLO
 
