@@ -19,8 +19,8 @@ as torch ops on the model's device through :mod:`tracker.torch`. Any other
 registered term runs through :class:`HostTermFunction`, a generic autograd
 bridge: each forward copies the logits and targets to the host, calls the term's
 kernel (numpy, or whatever backend ``auto`` picks) with a gradient buffer, and
-copies the elementwise loss and the gradient back, i.e. three host<->device
-copies of ``batch x anchors x C`` float32 values per batch (about 10 MB per copy
+copies the elementwise loss and the gradient back, i.e. four host<->device
+copies of ``batch x anchors x C`` float32 values per batch (about 43 MB per copy
 at batch 16, imgsz 640, 80 classes) plus the kernel's own time, and a device
 synchronisation. The gradient it returns is the term's gradient of the summed
 loss times the incoming gradient, exact because Ultralytics only sums and scales
