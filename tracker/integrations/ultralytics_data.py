@@ -105,7 +105,9 @@ def coco_to_yolo(annotations: str | os.PathLike[str], out: str | os.PathLike[str
 
     Class ids follow Ultralytics' 80-class COCO mapping when the categories are
     COCO's, else ``category_id - 1``. With ``images``, the images the file lists
-    are symlinked into ``out/images/<split>``; else put them there yourself.
+    are symlinked into ``out/images/<split>``; else put them there yourself. The
+    ``data.yaml`` validates on the same split: point ``val`` at your own
+    validation images.
     """
     from ultralytics.data.converter import coco91_to_coco80_class, convert_coco
 
