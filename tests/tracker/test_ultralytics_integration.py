@@ -153,6 +153,23 @@ def test_config_holds_trainer_args_class_names_and_label_counts(trained: Trained
     assert _query(trained, "SELECT status FROM runs WHERE run_id = ?", [trained.plain])["status"][0] == "finished"
 
 
+def test_log_every_thins_the_per_batch_values(ultralytics_here: Any, trained: Trained, tmp_path: Path) -> None:
+    from ultralytics import YOLO
+
+    from tracker.integrations.ultralytics import track
+
+    model = YOLO("yolo11n.yaml")
+    track(model, project="every", log_every=3)
+    model.train(data=str(trained.data.yaml), epochs=1, imgsz=64, batch=BATCH, nbs=BATCH, device="cpu", workers=0,
+                plots=False, project=str(tmp_path / "runs"), name="every", verbose=False, amp=False)
+    steps = tracker.query("SELECT key, list(step ORDER BY step) AS steps FROM curves GROUP BY key")
+    by_key = dict(zip(steps["key"].to_list(), steps["steps"].to_list()))
+    assert by_key["train/cls_loss"] == [0, 3] and by_key["lr/pg0"] == [0, 3]
+    assert by_key["epoch"] == [3] and by_key["metrics/mAP50(B)"] == [3]  # the epoch's values are always logged
+    per_class = tracker.query("SELECT DISTINCT step FROM class_curves ORDER BY step")["step"].to_list()
+    assert per_class == [0, 3]
+
+
 def test_loss_items_in_the_older_tensor_form() -> None:
     torch = pytest.importorskip("torch")
     from tracker.integrations.ultralytics import loss_items
