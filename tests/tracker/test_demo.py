@@ -11,7 +11,7 @@ from tracker.cli import build_cli
 
 
 def test_demo_trains_interrupts_and_resumes(home: Path) -> None:
-    res = CliRunner().invoke(build_cli(), ["demo", "--no-ui", "--steps", "120", "--home", str(home)],
+    res = CliRunner().invoke(build_cli(), ["demo", "--quick", "--no-ui", "--steps", "120", "--home", str(home)],
                              catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert "interrupted" in res.output and "resuming from the checkpoint of step 50" in res.output

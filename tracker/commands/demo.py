@@ -1,7 +1,13 @@
-"""``tracker demo``: train two small runs, interrupt and resume one, then open the app."""
+"""``tracker demo``: train two runs, interrupt and resume one, then open the app.
+
+By default the runs train a real detector (YOLO11n with Ultralytics, the
+``ultralytics`` extra) on a synthetic dataset with COCO's long tail;
+``--quick`` runs the fast synthetic demo (a linear multi-label model in numpy).
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import secrets
 import shlex
 import socket
@@ -27,27 +33,15 @@ def _free_port(preferred: int) -> int:
     raise click.ClickException("no free localhost port for the web UI")
 
 
-@click.command("demo")
-@click.option("--steps", type=click.IntRange(60, 100_000), default=400, show_default=True, help="Steps per run.")
-@click.option("--home", type=click.Path(file_okay=False), envvar="TRACKER_HOME", default=None,
-              help="Store folder (default: $TRACKER_HOME or ./.tracker).")
-@click.option("--ui/--no-ui", default=True, show_default=True, help="Start the web UI at the end.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8501, show_default=True)
-@friendly
-def demo(steps: int, home: str | None, ui: bool, port: int) -> None:
-    """Train plain BCE vs class-weighted BCE + repeat-factor sampling on COCO-frequency data."""
+def _quick(console: Console, steps: int, home: str | None, tag: str) -> tuple[str, str]:
+    """The synthetic demo: plain BCE vs class-weighted BCE + repeat-factor sampling, numpy model."""
     from tracker import demo as d
-    from tracker.run import home_dir
-    from tracker.store import Store
 
-    console = Console(soft_wrap=True)
-    t0 = time.perf_counter()
     data = d.make_dataset()
     backend = d.pick_backend()
     where = "Vulkan compute" if backend == "vulkan" else "numpy (no Vulkan device here)"
-    console.print(f"[bold]tracker demo[/]: {len(data.names)} classes with COCO train2017 frequencies, "
+    console.print(f"[bold]tracker demo --quick[/]: {len(data.names)} classes with COCO train2017 frequencies, "
                   f"{d.SAMPLES} synthetic samples; loss kernels on [cyan]{where}[/]")
-    tag = secrets.token_hex(2)
     plain, weighted = f"demo-{tag}-plain", f"demo-{tag}-weighted"
     console.print(f"run 1 [cyan]{plain}[/]: plain BCE, uniform shuffling (every repeat factor is 1)")
     d.train(data, run_id=plain, name="plain BCE", loss_params={"scheme": "none"}, threshold=1e-9,
@@ -65,13 +59,54 @@ def demo(steps: int, home: str | None, ui: bool, port: int) -> None:
         console.print(f"  [yellow]interrupted[/]: {exc}; resuming from the checkpoint of step {resume_step}")
         d.train(data, run_id=weighted, name="weighted BCE + RFS", loss_params=weighted_params, threshold=0.02,
                 steps=steps, backend=backend, home=home, resume_from=(resume_step, checkpoints[resume_step]))
+    return plain, weighted
+
+
+def _yolo(console: Console, epochs: int, images: int, home: str | None, tag: str) -> tuple[str, str]:
+    """The real-detector demo (tracker.yolo_demo)."""
+    if importlib.util.find_spec("ultralytics") is None:
+        raise click.ClickException(
+            "the YOLO demo needs Ultralytics: pip install 'tracker[ultralytics]' (AGPL-3.0), "
+            "or run the synthetic one with: tracker demo --quick"
+        )
+    from tracker.yolo_demo import run_demo
+
+    console.print("[bold]tracker demo[/]: YOLO11n trained with Ultralytics on CPU, "
+                  "stock BCE vs class-weighted BCE + repeat-factor sampling")
+    result = run_demo(home, tag, train_images=images, val_images=max(8, images // 4), epochs=epochs,
+                      echo=lambda line: console.print(line, highlight=False))
+    console.print(f"training took {result.seconds:.1f} s (two runs, one killed with SIGKILL and resumed)")
+    return result.plain, result.weighted
+
+
+@click.command("demo")
+@click.option("--quick", is_flag=True, help="The fast synthetic demo (numpy model) instead of training YOLO11n.")
+@click.option("--steps", type=click.IntRange(60, 100_000), default=400, show_default=True,
+              help="Steps per run (--quick).")
+@click.option("--epochs", type=click.IntRange(2, 1000), default=12, show_default=True, help="Epochs per YOLO run.")
+@click.option("--images", type=click.IntRange(16, 100_000), default=256, show_default=True,
+              help="Synthetic training images for the YOLO runs.")
+@click.option("--home", type=click.Path(file_okay=False), envvar="TRACKER_HOME", default=None,
+              help="Store folder (default: $TRACKER_HOME or ./.tracker).")
+@click.option("--ui/--no-ui", default=True, show_default=True, help="Start the web UI at the end.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8501, show_default=True)
+@friendly
+def demo(quick: bool, steps: int, epochs: int, images: int, home: str | None, ui: bool, port: int) -> None:
+    """Train stock vs class-weighted + repeat-factor-sampled runs, kill and resume one, open the app."""
+    from tracker.run import home_dir
+    from tracker.store import Store
+
+    console = Console(soft_wrap=True)
+    t0 = time.perf_counter()
+    tag = secrets.token_hex(2)
+    plain, weighted = _quick(console, steps, home, tag) if quick else _yolo(console, epochs, images, home, tag)
     store = Store(home)
     store.ingest()
     summary = store.query(
         "SELECT run_id, status, last_step, n_points, segments FROM run_summary WHERE run_id IN (?, ?) ORDER BY run_id",
         [plain, weighted],
     )
-    console.print(f"trained in {time.perf_counter() - t0:.1f} s; store: [cyan]{home_dir(home)}[/]")
+    console.print(f"done in {time.perf_counter() - t0:.1f} s; store: [cyan]{home_dir(home)}[/]")
     for row in summary.iter_rows(named=True):
         console.print(f"  {row['run_id']}: {row['status']}, last step {row['last_step']}, "
                       f"{row['n_points']} points, {row['segments']} segment(s)")

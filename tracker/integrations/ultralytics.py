@@ -1,0 +1,256 @@
+"""Track an Ultralytics YOLO training run: ``track(model)`` and then ``model.train(...)``.
+
+Ultralytics is AGPL-3.0 and an optional extra (``pip install 'tracker[ultralytics]'``);
+this module imports only tracker and ultralytics.
+
+What :func:`track` logs (steps are global batch indices,
+``epoch * batches_per_epoch + batch_index``):
+
+* per batch: ``train/box_loss``, ``train/cls_loss``, ``train/dfl_loss`` (the
+  criterion's loss items of that batch, the dict of 8.4 or the tensor of older
+  releases), ``lr/pg0``... (each optimizer param group), and the per-class vector
+  ``train/cls_loss`` (``run.log_classes``), which sums to ``train/cls_loss``;
+* per epoch, at the step of its last batch: every metric Ultralytics reports
+  (``metrics/mAP50(B)``, ``metrics/mAP50-95(B)``, precision, recall, ``val/*``)
+  and ``epoch`` (completed epochs, 1-based as in ``results.csv``). The evaluation
+  of ``best.pt`` that Ultralytics runs after the last epoch (it fires the
+  epoch-end callback once more) is logged as ``best/...`` at the last step, not
+  as an extra epoch;
+* config: the trainer's arguments, ``class_counts`` (instances per class in the
+  training labels), ``class_weights`` when a weighting is in force,
+  ``batches_per_epoch`` and ``loss`` (the term and its parameters); class names
+  come from the dataset.
+
+Resume: the run id is kept in ``<save_dir>/tracker.json``; ``YOLO(".../last.pt")
+.train(resume=True)`` with ``track()`` attached resumes that run at the first
+step of the epoch Ultralytics restarts from, so the batches it replays after an
+interruption supersede the earlier rows (hidden, not deleted) and each curve has
+no duplicate and no gap.
+
+Loss substitution (``loss="class_weighted_bce"`` or any registered term): see
+:mod:`tracker.integrations.ultralytics_loss`. With a term, Ultralytics' own class
+weights (``cls_pw > 0``) are refused: they would weight the classes a second
+time; ``scheme="power", power=cls_pw`` gives the same inverse-frequency weights.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+import tracker
+from tracker.errors import ConfigError, RunError
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "tracker.json"
+EVENTS = ("on_pretrain_routine_start", "on_pretrain_routine_end", "on_train_epoch_start", "on_train_batch_end",
+          "on_train_epoch_end", "on_fit_epoch_end", "on_train_end", "teardown")
+
+
+def track(model: Any, *, project: str | None = None, name: str | None = None, run_id: str | None = None,
+          loss: str | None = None, log_every: int = 1, **loss_params: Any) -> None:
+    """Attach tracking (and optionally a loss term) to an ``ultralytics.YOLO`` model; returns nothing.
+
+    ``project`` defaults to the trainer's ``project`` folder name (else ``"yolo"``),
+    ``name`` to its run name; ``run_id`` to a new id. ``loss`` names a registered
+    loss term that computes the detector's classification loss, with
+    ``loss_params`` (``scheme``, ``counts`` defaulting to the training labels'
+    counts, ``beta``, ``power``, ``pos_weight``, ``gamma``, ``alpha``, ...).
+    ``log_every`` logs the per-batch values every n-th batch.
+    """
+    if not callable(getattr(model, "add_callback", None)):
+        raise ConfigError(f"track() needs an ultralytics.YOLO model; got {type(model).__name__}")
+    if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
+        raise ConfigError(f"log_every is {log_every!r}; expected an int >= 1")
+    if loss is not None:
+        from tracker.integrations.ultralytics_loss import check_loss
+
+        check_loss(loss, {k: v for k, v in loss_params.items() if k != "counts"})
+    elif loss_params:
+        raise ConfigError(f"loss parameters {sorted(loss_params)} given without loss=...; name the loss term")
+    state = _Tracker(project, name, run_id, loss, dict(loss_params), log_every)
+    for event in EVENTS:
+        model.add_callback(event, getattr(state, event))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+def loss_items(trainer: Any) -> dict[str, float]:
+    """The last batch's loss items as ``{name: value}``: the dict of 8.4, or the tensor of older releases."""
+    items = trainer.loss_items
+    if isinstance(items, dict):
+        return {str(k): float(v) for k, v in items.items()}
+    values = items.detach().float().cpu().reshape(-1).tolist() if hasattr(items, "detach") else list(items)
+    names = list(getattr(trainer, "loss_names", ()))
+    if len(names) != len(values):
+        raise RunError(f"Ultralytics gave {len(values)} loss items but {len(names)} loss names {names}")
+    return dict(zip(names, values))
+
+
+def label_counts(trainer: Any) -> np.ndarray:
+    """Instances per class in the training labels (the dataset's own label list, before any resampling)."""
+    nc = int(trainer.data["nc"])
+    labels = trainer.train_loader.dataset.labels
+    classes = [np.asarray(lb["cls"]).reshape(-1) for lb in labels]
+    flat = np.concatenate(classes).astype(np.int64) if classes else np.zeros(0, np.int64)
+    return np.bincount(flat, minlength=nc)[:nc].astype(np.int64)
+
+
+class _Tracker:
+    """The callbacks' shared state for one model (reset at each training's start)."""
+
+    def __init__(self, project: str | None, name: str | None, run_id: str | None, loss: str | None,
+                 loss_params: dict[str, Any], log_every: int) -> None:
+        self.project, self.name, self.run_id = project, name, run_id
+        self.loss, self.loss_params, self.log_every = loss, loss_params, log_every
+        self.run: Any = None
+        self.per_class: Callable[[], Any] | None = None
+        self.batches = 0
+        self.batch = 0
+        self.epoch_ended: int | None = None
+
+    # -- setup -------------------------------------------------------------------
+    def on_pretrain_routine_start(self, trainer: Any) -> None:
+        """Refuse a second class weighting before anything is built."""
+        self.run, self.per_class, self.epoch_ended = None, None, None
+        cls_pw = float(getattr(trainer.args, "cls_pw", 0.0) or 0.0)
+        if self.loss is not None and cls_pw > 0:
+            raise ConfigError(
+                f"track(loss={self.loss!r}) with Ultralytics' cls_pw={cls_pw} would weight the classes twice; "
+                f"train with cls_pw=0 and pass scheme='power', power={cls_pw} to track() for the same "
+                "inverse-frequency weights"
+            )
+
+    def on_pretrain_routine_end(self, trainer: Any) -> None:
+        """Substitute or observe the classification loss, then start or resume the run."""
+        from ultralytics.utils import RANK
+        from ultralytics.utils.torch_utils import unwrap_model
+
+        if RANK > 0:
+            return
+        names = [str(trainer.data["names"][i]) for i in range(int(trainer.data["nc"]))]
+        counts = label_counts(trainer)
+        factory, weights = None, None
+        if self.loss is not None:
+            from tracker.integrations.ultralytics_loss import term_module
+
+            _, weights = term_module(self.loss, self.loss_params, counts, len(names))  # checks now, before a batch
+
+            def factory() -> Any:
+                return term_module(self.loss, self.loss_params, counts, len(names))[0]
+        from tracker.integrations.ultralytics_loss import install
+
+        model = unwrap_model(trainer.model)
+        self.per_class = install(model, factory)
+        if trainer.ema is not None:
+            install(trainer.ema.ema, factory)  # validation losses use the same term
+        stock = getattr(model, "class_weights", None)
+        if stock is not None:
+            weights = stock.detach().cpu().double().numpy()
+        self.batches = len(trainer.train_loader)
+        self._start_run(trainer, names, counts, weights)
+
+    def _start_run(self, trainer: Any, names: list[str], counts: np.ndarray, weights: Any) -> None:
+        save_dir = Path(trainer.save_dir)
+        state_file = save_dir / STATE_FILE
+        state = json.loads(state_file.read_text()) if trainer.resume and state_file.is_file() else None
+        config = _jsonable(vars(trainer.args))
+        config.update(
+            class_counts=dict(zip(names, counts.tolist())),
+            batches_per_epoch=self.batches,
+            loss={"term": self.loss or "ultralytics_bce", **_jsonable(self.loss_params)},
+        )
+        if weights is not None:
+            config["class_weights"] = np.asarray(weights, dtype=np.float64).tolist()
+        start = int(trainer.start_epoch) * self.batches
+        if state is not None:
+            if int(state["batches_per_epoch"]) != self.batches:
+                raise ConfigError(
+                    f"resumed training has {self.batches} batches per epoch but run {state['run_id']!r} was logged "
+                    f"with {state['batches_per_epoch']}; resume with the original batch size"
+                )
+            self.run = tracker.init(state["project"], config=config, run_id=state["run_id"], resume="must",
+                                    resume_step=start, home=state["home"])
+        else:
+            project = self.project or (Path(str(trainer.args.project)).name if trainer.args.project else "yolo")
+            self.run = tracker.init(project, name=self.name or str(trainer.args.name), config=config,
+                                    run_id=self.run_id, seed=int(trainer.args.seed))
+            tmp = state_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"run_id": self.run.run_id, "project": self.run.project,
+                                       "home": str(self.run.home), "batches_per_epoch": self.batches}))
+            os.replace(tmp, state_file)
+        self.run.set_classes(names)
+
+    # -- per batch ---------------------------------------------------------------
+    def on_train_epoch_start(self, trainer: Any) -> None:
+        """Count batches from 0 in each epoch."""
+        self.batch = 0
+
+    def on_train_batch_end(self, trainer: Any) -> None:
+        """Log the batch's loss items, learning rates and per-class classification loss."""
+        if self.run is None:
+            return
+        i = self.batch
+        self.batch += 1
+        step = int(trainer.epoch) * self.batches + i
+        if step % self.log_every:
+            return
+        values = {f"train/{k}": v for k, v in loss_items(trainer).items()}
+        for j, group in enumerate(trainer.optimizer.param_groups):
+            values[f"lr/pg{j}"] = float(group["lr"])
+        self.run.log(values, step=step)
+        per_class = self.per_class() if self.per_class is not None else None
+        if per_class is not None:
+            self.run.log_classes("train/cls_loss", per_class, step=step)
+
+    # -- per epoch ---------------------------------------------------------------
+    def on_train_epoch_end(self, trainer: Any) -> None:
+        """Remember which epoch trained last (the final evaluation comes without one)."""
+        self.epoch_ended = int(trainer.epoch)
+
+    def on_fit_epoch_end(self, trainer: Any) -> None:
+        """Log the epoch's metrics at its last batch's step; the final evaluation as ``best/...``."""
+        if self.run is None:
+            return
+        metrics = {str(k): float(v) for k, v in (trainer.metrics or {}).items()
+                   if isinstance(v, (int, float, np.generic)) or getattr(v, "ndim", 1) == 0}
+        if self.epoch_ended is None or int(trainer.epoch) != self.epoch_ended:
+            last = self.run.step if self.run.step is not None else self.run.start_step
+            self.run.log({f"best/{k}": v for k, v in metrics.items()}, step=last)
+            return
+        step = (self.epoch_ended + 1) * self.batches - 1
+        self.run.log({**metrics, "epoch": float(self.epoch_ended + 1)}, step=step)
+
+    # -- end ---------------------------------------------------------------------
+    def on_train_end(self, trainer: Any) -> None:
+        """Finish the run."""
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+    def teardown(self, trainer: Any) -> None:
+        """A training that ended without ``on_train_end``: mark the run killed or crashed."""
+        if self.run is None:
+            return
+        exc = sys.exc_info()[0]
+        self.run.finish("killed" if exc is not None and issubclass(exc, KeyboardInterrupt) else "crashed")
+        self.run = None
