@@ -326,11 +326,12 @@ class Store:
 
     # -- queries -----------------------------------------------------------------------
     @contextlib.contextmanager
-    def reader(self, safe: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def reader(self, safe: bool = False, memory_limit: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection whose tables and views include the spool's rows.
 
         ``safe=True`` copies the spool rows into temp tables and then switches off
-        external access and locks the configuration (for user-typed SQL). Otherwise
+        external access and locks the configuration (for user-typed SQL), after setting
+        DuckDB's ``memory_limit`` (e.g. ``"1GB"``) when given and switching off spilling. Otherwise
         the connection is kept for ``TRACKER_READER_IDLE_S`` (default 0.5 s) after use,
         so a burst of queries opens the file once; it is reused only while the spool
         is unchanged, and dropped before any write in this process.
@@ -341,7 +342,7 @@ class Store:
             con = None if safe else _READERS.take(self.path, state)
             if con is None:
                 _READERS.drop()
-                con = self._shadowed(safe, files, state[1])
+                con = self._shadowed(safe, files, state[1], memory_limit)
             keep = False
             try:
                 yield con
@@ -352,13 +353,18 @@ class Store:
                 else:
                     con.close()
 
-    def _shadowed(self, safe: bool, files: Sequence[Path], fingerprint: str) -> duckdb.DuckDBPyConnection:
+    def _shadowed(
+        self, safe: bool, files: Sequence[Path], fingerprint: str, memory_limit: str | None = None
+    ) -> duckdb.DuckDBPyConnection:
         """A read-only connection with the spool's rows (a chunk that fails to read is left out)."""
         for attempt in (0, 1):
             con = self._connection(False, None)
             try:
                 self._shadow(con, safe, files, fingerprint)
                 if safe:
+                    if memory_limit:
+                        con.execute("SET memory_limit = ?", [memory_limit])
+                        con.execute("SET temp_directory = ''")
                     con.execute("SET enable_external_access = false")
                     con.execute("SET lock_configuration = true")
                 return con
