@@ -135,6 +135,8 @@ def good_chunks(files: Iterable[Path], bad_runs: set[str], deep: bool = False) -
 
     Chunks are immutable once renamed into place, so a check is remembered per version.
     """
+    if len(_CHUNKS) > 100_000:  # ingested chunks are gone: forget them now and then
+        _CHUNKS.clear()
     out = []
     for path in files:
         if path.parent.name in bad_runs:

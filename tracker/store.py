@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracker import doctor, schema, spool
-from tracker.errors import StoreError, StoreLockedError
+from tracker.errors import DataError, StoreError, StoreLockedError
 from tracker.events import Event
 from tracker.spool import SegmentInfo
 
@@ -453,7 +453,10 @@ class Store:
     def set_status(self, run_id: str, status: str) -> None:
         """Set a run's status in its spool metadata and in the database."""
         path = spool.run_dir(self.home, run_id) / "run.json"
-        meta = spool.read_json(path)
+        try:
+            meta = spool.read_run_meta(path)
+        except DataError:
+            meta = None  # a bad run.json stays as it is, for `tracker doctor`
         if meta is not None:
             meta["status"] = status
             spool.atomic_write_json(path, meta)

@@ -90,6 +90,9 @@ def test_a_bad_run_json_affects_only_its_run(case: str, home: Path, monkeypatch:
     other.finish()
     with pytest.raises(DataError, match=r"run\.json"):
         tracker.init("p", run_id="bad", resume="must")
+    before = bad.read_bytes()
+    Store().set_status("bad", "killed")  # the database row changes; the bad file is left for doctor
+    assert bad.read_bytes() == before
 
 
 @pytest.mark.parametrize("case", sorted(BAD_SEGMENT))
