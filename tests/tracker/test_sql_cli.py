@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -56,8 +57,6 @@ def test_files_and_writes_are_refused(query: str, why: str, tmp_path: Path) -> N
     res = sql(query.format(out=out, src=src))
     assert res.exit_code == 1, res.output
     assert "query refused" in res.output
-    import re
-
     assert re.search(why, res.output), res.output
     assert "secret-host" not in res.output
     assert not out.exists() and not Path(f"{out}.db").exists()
