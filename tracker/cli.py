@@ -38,6 +38,7 @@ CORE_COMMANDS: dict[str, str] = {
     "analyze": "analyze",
     "check-plugins": "losses",
     "demo": "demo",
+    "doctor": "doctor",
     "export": "runs",
     "ingest": "runs",
     "plugins": "plugins",

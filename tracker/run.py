@@ -47,7 +47,7 @@ from tracker.spool import (
     METRICS_SCHEMA,
     check_run_id,
     list_segments,
-    read_json,
+    read_run_meta,
     run_dir,
     visible_last_step,
 )
@@ -560,7 +560,7 @@ def init(
     run_id = check_run_id(run_id) if run_id is not None else _shared_run_id(world)
     segment, start, reason = _plan_segment(root, run_id, rank, resume, resume_step)
     if reason == "resume":
-        old = read_json(run_dir(root, run_id) / "run.json") or {}
+        old = read_run_meta(run_dir(root, run_id) / "run.json") or {}
         project = old.get("project", project)
         name = name or old.get("name")
         cfg = {**old.get("config", {}), **cfg}

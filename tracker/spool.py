@@ -30,7 +30,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracker.errors import ConfigError
+from tracker.errors import ConfigError, DataError
 
 TABLES = ("metrics", "class_metrics", "events")
 DATA_RE = re.compile(r"^r(?P<rank>\d+)-s(?P<segment>\d+)-(?P<seq>\d+)\.(?P<table>[a-z_]+)\.parquet$")
@@ -168,17 +168,19 @@ class SegmentInfo:
 
 
 def list_segments(home: Path, run_id: str) -> list[SegmentInfo]:
-    """All segments of a run found in its spool folder, ordered by (rank, segment)."""
+    """All segments of a run found in its spool folder, ordered by (rank, segment).
+
+    A segment file that is not a valid segment raises :class:`DataError` naming it
+    (see :func:`parse_segment`): its number must not be reused, so it is never skipped here.
+    """
     folder = run_dir(home, run_id)
     out: list[SegmentInfo] = []
     if not folder.is_dir():
         return out
     for entry in os.scandir(folder):
         if SEG_RE.match(entry.name):
-            raw = read_json(Path(entry.path))
-            if raw:
-                fields = SegmentInfo.__dataclass_fields__
-                out.append(SegmentInfo(**{k: v for k, v in raw.items() if k in fields}))
+            path = Path(entry.path)
+            out.append(parse_segment(read_json(path), path))
     out.sort(key=lambda s: (s.rank, s.segment))
     return out
 
@@ -269,3 +271,95 @@ def meta_fingerprint(home: Path) -> str:
                     st = entry.stat()
                     h.update(f"{run.name}/{entry.name}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()
+
+
+# -- validation of the spool's JSON files (a bad file must affect only its own run) ------
+_INT64 = 2**63
+
+
+def _is_int(value: Any, low: int = 0, high: int = _INT64) -> bool:
+    return type(value) is int and low <= value < high
+
+
+def _is_time(value: Any) -> bool:
+    return type(value) in (int, float) and -1e10 < value < 1e11  # finite, a datetime can hold it
+
+
+def _bad(path: Path, what: str, fix: str = "") -> DataError:
+    return DataError(
+        f"{path}: {what}; {fix or 'move it aside with `tracker doctor --fix` (it goes to <TRACKER_HOME>/corrupt/)'}"
+    )
+
+
+def parse_segment(raw: Any, path: Path) -> SegmentInfo:
+    """The :class:`SegmentInfo` in a segment file's parsed JSON ``raw``, or :class:`DataError`.
+
+    Checks every field's type and range, and that run id, rank and segment agree with
+    the file's name and folder. Unknown keys are ignored.
+    """
+    if raw is None:
+        raise _bad(path, "is not readable JSON")
+    if not isinstance(raw, dict):
+        raise _bad(path, f"is not a segment record (JSON object expected, got {type(raw).__name__})")
+    m = SEG_RE.match(path.name)
+    checks = {
+        "run_id": raw.get("run_id") == path.parent.name,
+        "rank": _is_int(raw.get("rank"), 0, 2**31) and (m is None or raw["rank"] == int(m.group("rank"))),
+        "segment": _is_int(raw.get("segment"), 0, 2**31) and (m is None or raw["segment"] == int(m.group("segment"))),
+        "start_step": _is_int(raw.get("start_step")),
+        "reason": isinstance(raw.get("reason"), str),
+        "started_at": _is_time(raw.get("started_at")),
+        "last_step": raw.get("last_step") is None or _is_int(raw.get("last_step")),
+        "ended_at": raw.get("ended_at") is None or _is_time(raw.get("ended_at")),
+        "heartbeat": _is_time(raw.get("heartbeat", 0.0)),
+        "pid": _is_int(raw.get("pid", 0), 0, 2**31),
+    }
+    wrong = [k for k, ok in checks.items() if not ok]
+    if wrong:
+        shown = ", ".join(f"{k}={raw.get(k)!r}" for k in wrong)
+        raise _bad(path, f"segment file has bad values ({shown})")
+    fields = SegmentInfo.__dataclass_fields__
+    return SegmentInfo(**{k: v for k, v in raw.items() if k in fields})
+
+
+def _str_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def check_run_meta(raw: Any, path: Path) -> dict[str, Any]:
+    """``raw`` (a parsed ``run.json``) when its fields have the types readers rely on, else :class:`DataError`."""
+    if not isinstance(raw, dict):
+        raise _bad(path, f"is not a run record (JSON object expected, got {type(raw).__name__})")
+    checks = {
+        "run_id": raw.get("run_id") == path.parent.name,
+        "project": _str_or_none(raw.get("project")),
+        "name": _str_or_none(raw.get("name")),
+        "status": isinstance(raw.get("status", ""), str),
+        "created_at": _is_time(raw.get("created_at", 0.0)),
+        "updated_at": _is_time(raw.get("updated_at", 0.0)),
+        "config": isinstance(raw.get("config", {}), dict),
+        "tags": isinstance(raw.get("tags", []), list) and all(isinstance(t, str) for t in raw.get("tags", [])),
+        "host": _str_or_none(raw.get("host")),
+        "git_commit": _str_or_none(raw.get("git_commit")),
+        "python": _str_or_none(raw.get("python")),
+        "packages": isinstance(raw.get("packages", {}), dict),
+        "world_size": raw.get("world_size") is None or _is_int(raw.get("world_size"), 1, 2**31),
+        "classes": raw.get("classes") is None
+        or (isinstance(raw["classes"], list) and all(isinstance(c, str) for c in raw["classes"])),
+    }
+    wrong = [k for k, ok in checks.items() if not ok]
+    if wrong:
+        shown = ", ".join(f"{k}={raw.get(k)!r}" for k in wrong)
+        raise _bad(path, f"run.json has bad values ({shown}; expected run_id equal to the folder name)"
+                   if "run_id" in wrong else f"run.json has bad values ({shown})")
+    return raw
+
+
+def read_run_meta(path: Path) -> dict[str, Any] | None:
+    """A run's ``run.json``: None when missing, :class:`DataError` when present but invalid."""
+    if not path.exists():
+        return None
+    raw = read_json(path)
+    if raw is None:
+        raise _bad(path, "is not readable JSON")
+    return check_run_meta(raw, path)

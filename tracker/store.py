@@ -12,6 +12,9 @@ Rules:
   the write lock. A crash between commit and removal leaves files whose names are
   recorded: readers skip them and the next ingestion removes them. A file that cannot
   be read is moved to ``<home>/corrupt/`` with a warning; nothing is deleted unread.
+* A bad file affects only its own run (:mod:`tracker.doctor`): a run whose ``run.json``
+  or a segment file is invalid is left out of readers and ingestion, an unreadable
+  chunk is left out of readers, each with one warning naming the file.
 * Queries (:meth:`Store.query`) open the file read-only and shadow the tables with
   temp views that add the rows still in spool files, so they see everything flushed,
   without waiting for ingestion and without blocking a training process.
@@ -35,8 +38,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracker import schema, spool
-from tracker.errors import StoreError, StoreLockedError
+from tracker import doctor, schema, spool
+from tracker.errors import DataError, StoreError, StoreLockedError
 from tracker.events import Event
 from tracker.spool import SegmentInfo
 
@@ -241,7 +244,8 @@ class Store:
         for tmp in spool.stale_temp_files(self.home):
             with contextlib.suppress(OSError):
                 tmp.unlink()
-        files = spool.data_files(self.home)
+        scan = doctor.scan(self.home)
+        files = [f for f in spool.data_files(self.home) if f.parent.name not in scan.bad_runs]
         try:
             ctx = self.connect(write=True, timeout=timeout)
             con = ctx.__enter__()
@@ -254,7 +258,7 @@ class Store:
             todo = self._set_aside_corrupt(todo, report)
             con.execute("BEGIN")
             try:
-                self._upsert_meta(con)
+                self._upsert_meta(con, scan)
                 for table in spool.TABLES:
                     paths = [str(p) for p in todo if spool.table_of(p) == table]
                     if paths:
@@ -302,19 +306,17 @@ class Store:
                     raise ValueError(f"columns {meta.schema.to_arrow_schema().names}")
                 pq.read_table(path)
             except Exception as exc:
-                dest = self.home / "corrupt" / path.parent.name / path.name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(path), dest)
+                dest = doctor.quarantine(self.home, path)
                 log.warning("tracker: corrupt spool file %s moved to %s (%s)", path, dest, exc)
                 report.corrupt += 1
                 continue
             good.append(path)
         return good
 
-    def _upsert_meta(self, con: duckdb.DuckDBPyConnection) -> None:
+    def _upsert_meta(self, con: duckdb.DuckDBPyConnection, scan: doctor.SpoolScan) -> None:
         fingerprint = spool.meta_fingerprint(self.home)
         con.execute("INSERT OR REPLACE INTO spool_state VALUES (1, ?)", [fingerprint])
-        for (name, _keys), table in zip(META_TABLES, spool_meta(self.home)):
+        for (name, _keys), table in zip(META_TABLES, spool_meta(self.home, scan)):
             if table.num_rows == 0:
                 continue
             con.register("_meta", table)
@@ -324,11 +326,12 @@ class Store:
 
     # -- queries -----------------------------------------------------------------------
     @contextlib.contextmanager
-    def reader(self, safe: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def reader(self, safe: bool = False, memory_limit: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection whose tables and views include the spool's rows.
 
         ``safe=True`` copies the spool rows into temp tables and then switches off
-        external access and locks the configuration (for user-typed SQL). Otherwise
+        external access and locks the configuration (for user-typed SQL), after setting
+        DuckDB's ``memory_limit`` (e.g. ``"1GB"``) when given and switching off spilling. Otherwise
         the connection is kept for ``TRACKER_READER_IDLE_S`` (default 0.5 s) after use,
         so a burst of queries opens the file once; it is reused only while the spool
         is unchanged, and dropped before any write in this process.
@@ -339,15 +342,7 @@ class Store:
             con = None if safe else _READERS.take(self.path, state)
             if con is None:
                 _READERS.drop()
-                con = self._connection(False, None)
-                try:
-                    self._shadow(con, safe, files, state[1])
-                    if safe:
-                        con.execute("SET enable_external_access = false")
-                        con.execute("SET lock_configuration = true")
-                except Exception:
-                    con.close()
-                    raise
+                con = self._shadowed(safe, files, state[1], memory_limit)
             keep = False
             try:
                 yield con
@@ -357,6 +352,30 @@ class Store:
                     _READERS.keep(self.path, state, con)
                 else:
                     con.close()
+
+    def _shadowed(
+        self, safe: bool, files: Sequence[Path], fingerprint: str, memory_limit: str | None = None
+    ) -> duckdb.DuckDBPyConnection:
+        """A read-only connection with the spool's rows (a chunk that fails to read is left out)."""
+        for attempt in (0, 1):
+            con = self._connection(False, None)
+            try:
+                self._shadow(con, safe, files, fingerprint)
+                if safe:
+                    if memory_limit:
+                        con.execute("SET memory_limit = ?", [memory_limit])
+                        con.execute("SET temp_directory = ''")
+                    con.execute("SET enable_external_access = false")
+                    con.execute("SET lock_configuration = true")
+                return con
+            except duckdb.Error as exc:
+                con.close()
+                if attempt == 1 or not _recheck_chunks(files):
+                    raise StoreError(f"cannot read the spool under {self.home}: {str(exc).splitlines()[0]}") from None
+            except Exception:
+                con.close()
+                raise
+        raise AssertionError("unreachable")
 
     def _shadow(
         self, con: duckdb.DuckDBPyConnection, materialize: bool, files: Sequence[Path], fingerprint: str
@@ -371,7 +390,9 @@ class Store:
         db = con.execute("SELECT current_database()").fetchone()[0]
         kind = "TABLE" if materialize else "VIEW"
         stmts: list[str] = []
-        for (name, keys), table in zip(META_TABLES, spool_meta(self.home)):
+        scan = doctor.scan(self.home)
+        pending = doctor.good_chunks(pending, scan.bad_runs)
+        for (name, keys), table in zip(META_TABLES, spool_meta(self.home, scan)):
             con.register(f"_spool_{name}", table)
             on = " AND ".join(f"d.{k} = s.{k}" for k in keys)
             stmts.append(
@@ -393,11 +414,15 @@ class Store:
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
         """Run ``sql`` over everything logged so far; returns a polars DataFrame."""
         sql, params = inline_params(sql, params)
-        with self.reader() as con:
-            try:
-                return con.execute(sql, params).pl() if params is not None else con.execute(sql).pl()
-            except duckdb.Error as exc:
-                raise StoreError(f"query failed: {str(exc).splitlines()[0]}\n  in: {sql.strip()[:200]}") from None
+        for attempt in (0, 1):
+            with self.reader() as con:
+                try:
+                    return con.execute(sql, params).pl() if params is not None else con.execute(sql).pl()
+                except duckdb.Error as exc:
+                    if attempt == 0 and _recheck_chunks(spool.data_files(self.home)):
+                        continue  # an unreadable chunk was found and is now left out
+                    raise StoreError(f"query failed: {str(exc).splitlines()[0]}\n  in: {sql.strip()[:200]}") from None
+        raise AssertionError("unreachable")
 
     # -- writes ------------------------------------------------------------------------
     def add_events(self, run_id: str, events: Sequence[Event], rank: int = 0, segment: int | None = None) -> int:
@@ -428,7 +453,10 @@ class Store:
     def set_status(self, run_id: str, status: str) -> None:
         """Set a run's status in its spool metadata and in the database."""
         path = spool.run_dir(self.home, run_id) / "run.json"
-        meta = spool.read_json(path)
+        try:
+            meta = spool.read_run_meta(path)
+        except DataError:
+            meta = None  # a bad run.json stays as it is, for `tracker doctor`
         if meta is not None:
             meta["status"] = status
             spool.atomic_write_json(path, meta)
@@ -447,21 +475,20 @@ class Store:
         return n
 
 
-def spool_meta(home: Path) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """Runs, segments and classes as recorded in the spool's JSON files."""
-    root = spool.runs_dir(home)
+def _recheck_chunks(files: Sequence[Path]) -> bool:
+    """Read every row of ``files``; True when that found a chunk not yet known to be bad."""
+    return len(doctor.good_chunks(files, set())) > len(doctor.good_chunks(files, set(), deep=True))
+
+
+def spool_meta(home: Path, scan: doctor.SpoolScan | None = None) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Runs, segments and classes as recorded in the spool's valid JSON files (see tracker.doctor)."""
     runs: list[dict[str, Any]] = []
     segs: list[SegmentInfo] = []
     classes: list[tuple[str, int, str]] = []
-    if root.is_dir():
-        for entry in os.scandir(root):
-            meta = spool.read_json(Path(entry.path) / "run.json") if entry.is_dir() else None
-            if not meta:
-                continue
-            run_segs = spool.list_segments(home, entry.name)
-            segs.extend(run_segs)
-            runs.append(_run_row(meta, run_segs))
-            classes.extend((meta["run_id"], i, n) for i, n in enumerate(meta.get("classes") or []))
+    for meta, run_segs in (scan or doctor.scan(home)).runs:
+        segs.extend(run_segs)
+        runs.append(_run_row(meta, run_segs))
+        classes.extend((meta["run_id"], i, n) for i, n in enumerate(meta.get("classes") or []))
     return _runs_table(runs), _segments_table(segs), pa.table(
         {
             "run_id": pa.array([c[0] for c in classes], pa.string()),

@@ -1,29 +1,35 @@
-"""The SQL page's engine: one read-only statement over the store, refused unless safe.
+"""The SQL page's engine: one read-only SELECT over the store, in a child process with hard limits.
 
-Rules (two independent layers; either alone refuses every write or file access):
+Rules (independent layers; each alone refuses every write or file access):
 
-1. :func:`check_sql` parses the text with DuckDB's own parser and accepts exactly one
-   statement of a read kind: ``SELECT``/``WITH``/``FROM``/``VALUES``/``TABLE``,
-   ``DESCRIBE``/``SHOW``/``SUMMARIZE``, ``PRAGMA table_info``/``show_tables``/``version``
-   and ``EXPLAIN`` (with ``ANALYZE``) of one of those. Anything else (INSERT, UPDATE,
-   DELETE, CREATE, DROP, ATTACH, DETACH, INSTALL, LOAD, COPY, EXPORT, SET, RESET, USE,
-   CALL, CHECKPOINT, ...) is refused with a :class:`~tracker.errors.ConfigError`
-   naming the kind of statement.
-2. :func:`run_sql` runs it on ``Store.reader(safe=True)``: a read-only connection
-   whose spool rows are copied into temp tables before external access is switched
-   off and the configuration locked, so ``read_csv``/``read_parquet``/``glob`` of
-   any file, ``COPY`` and ``SET`` fail inside DuckDB too. DuckDB's refusal is turned
-   into a :class:`~tracker.errors.StoreError` that says why.
-
-A query runs for at most ``timeout`` seconds (it is interrupted after that) and at
-most ``max_rows`` rows come back, so one heavy query cannot stall the app.
+1. :func:`check_sql` parses the text with DuckDB's own parser
+   (``duckdb.extract_statements``) and accepts exactly one statement, of type SELECT
+   (which covers ``WITH``, ``FROM``-first, ``VALUES``, ``TABLE``, ``DESCRIBE``, ``SHOW``,
+   ``SUMMARIZE`` and ``PRAGMA table_info``/``show_tables``/``version``), or an
+   ``EXPLAIN [ANALYZE]`` of one. Anything else (INSERT, UPDATE, DELETE, CREATE, DROP,
+   ATTACH, INSTALL, LOAD, COPY, EXPORT, SET, RESET, USE, CALL, CHECKPOINT, a second
+   statement hidden after a comment, ...) is refused with a
+   :class:`~tracker.errors.ConfigError` naming the kind. The statement's syntax tree
+   (DuckDB's ``json_serialize_sql``) is then searched for functions that reveal the
+   store's path or settings (``duckdb_*()``, ``pragma_*()`` beyond the allowed
+   pragmas, ``current_setting``, ...), which are refused too.
+2. :func:`run_sql` runs the statement in a child process (``webui.sql_worker``) on
+   ``Store.reader(safe=True)``: a read-only connection whose spool rows are copied into
+   temp tables before external access is switched off and the configuration locked,
+   with a DuckDB ``memory_limit`` and an address-space limit on the process. The
+   child is killed when the time limit passes; at most ``max_rows`` rows and
+   ``max_bytes`` bytes come back. A crash of DuckDB ends only the child.
 """
 
 from __future__ import annotations
 
-import re
-import threading
+import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
 
 import duckdb
 import polars as pl
@@ -32,10 +38,12 @@ import pyarrow as pa
 from tracker.errors import ConfigError, StoreError
 from tracker.store import Store
 
-READ_KEYWORDS = ("select", "with", "from", "values", "table", "describe", "show", "summarize", "pragma", "(")
-PRAGMAS = ("table_info", "show_tables", "show_tables_expanded", "version", "database_size")
-_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
-_EXPLAIN = re.compile(r"^\s*explain\s+(analyze\s+)?(\([^)]*\)\s*)?", re.I)
+PRAGMAS = ("table_info", "show_tables", "show_tables_expanded", "version")
+HIDDEN_PREFIXES = ("duckdb_", "pragma_")
+HIDDEN_FUNCTIONS = frozenset({"current_setting", "getenv", "enable_logging", "disable_logging", "which_secret"})
+MEMORY_MB = 1024
+MAX_BYTES = 256 * 2**20
+_READS = "use SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN or PRAGMA table_info"
 
 
 @dataclass
@@ -47,97 +55,130 @@ class SqlResult:
     sql: str
 
 
-def _first_word(text: str) -> str:
-    body = _COMMENT.sub(" ", text).strip().lower()
-    if body.startswith("("):
-        return "("
-    match = re.match(r"[a-z_]+", body)
-    return match.group(0) if match else ""
+def _words(text: str) -> list[str]:
+    """The statement's tokens as DuckDB's tokenizer splits them (comments dropped)."""
+    tokens = duckdb.tokenize(text)
+    ends = [pos for pos, _ in tokens[1:]] + [len(text)]
+    return [text[pos:end].strip() for (pos, _kind), end in zip(tokens, ends)]
 
 
-def _check_one(text: str, statement: duckdb.Statement) -> None:
+def _refuse(text: str, kind: str) -> ConfigError:
+    words = _words(text)
+    first = words[0].upper() if words else kind
+    if first == "PRAGMA" and len(words) > 1:
+        return ConfigError(f"PRAGMA {words[1]} is refused on the SQL page; allowed: {', '.join(PRAGMAS)}")
+    shown = first if first == kind else f"{first} ({kind})"
+    return ConfigError(f"The SQL page is read-only: {shown} statements are refused; {_READS}")
+
+
+def _explained(text: str) -> str:
+    """The statement after ``EXPLAIN [ANALYZE]``, found with DuckDB's tokenizer."""
+    words = _words(text)
+    skip = 2 if len(words) > 1 and words[1].upper() == "ANALYZE" else 1
+    tokens = duckdb.tokenize(text)
+    return text[tokens[skip][0]:] if skip < len(tokens) else ""
+
+
+def _functions(node: Any) -> Iterator[str]:
+    """Every function and table name in a serialized syntax tree."""
+    if isinstance(node, dict):
+        name = node.get("function_name")
+        if node.get("type") == "BASE_TABLE":  # DuckDB also calls `FROM duckdb_settings` without ()
+            name = node.get("table_name")
+        if isinstance(name, str):
+            yield name.lower()
+        for value in node.values():
+            yield from _functions(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _functions(value)
+
+
+def _check_functions(text: str) -> None:
+    con = duckdb.connect()
+    try:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [text]).fetchone()[0])
+    finally:
+        con.close()
+    if tree.get("error"):
+        raise ConfigError(f"The query cannot be checked: {tree.get('error_message', 'unknown error')}")
+    for name in _functions(tree):
+        allowed = name.removeprefix("pragma_") in PRAGMAS
+        if name in HIDDEN_FUNCTIONS or (name.startswith(HIDDEN_PREFIXES) and not allowed):
+            raise ConfigError(
+                f"{name}() is refused on the SQL page: it shows the server's files and settings; "
+                "query the store's tables and views (SHOW TABLES lists them)"
+            )
+
+
+def _check_one(statement: duckdb.Statement) -> str:
     kind = statement.type.name
+    text = statement.query.strip().rstrip(";").strip()
     if kind == "EXPLAIN":
-        inner = _EXPLAIN.sub("", _COMMENT.sub(" ", text), count=1)
-        parsed = duckdb.extract_statements(inner)
-        if len(parsed) != 1:
+        inner = duckdb.extract_statements(_explained(text))
+        if len(inner) != 1:
             raise ConfigError("EXPLAIN needs exactly one statement after it; e.g. EXPLAIN SELECT ...")
-        _check_one(inner, parsed[0])
-        return
-    word = _first_word(text)
-    if word == "pragma" or kind != "SELECT" or word not in READ_KEYWORDS:
-        _refuse_kind(text, kind, word)
-
-
-def _refuse_kind(text: str, kind: str, word: str) -> None:
-    """Refuse a statement that is not a plain read; a PRAGMA passes when it only reads."""
-    if word == "pragma":
-        name = re.match(r"\s*pragma\s+([a-z_]+)", _COMMENT.sub(" ", text), re.I)
-        if kind == "SELECT" and name and name.group(1).lower() in PRAGMAS:
-            return
-        got = name.group(1) if name else "?"
-        raise ConfigError(f"PRAGMA {got} is refused on the SQL page; allowed: {', '.join(PRAGMAS)}")
-    shown = word.upper() if word and word != "(" else kind
-    if kind not in ("SELECT", shown):
-        shown = f"{shown} ({kind})"
-    raise ConfigError(
-        f"The SQL page is read-only: {shown} statements are refused; "
-        "use SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN or PRAGMA table_info"
-    )
+        _check_one(inner[0])
+        return text
+    if kind != "SELECT":
+        raise _refuse(text, kind)
+    _check_functions(text)
+    return text
 
 
 def check_sql(sql: str) -> str:
-    """Return the one read statement in ``sql`` (without a trailing ``;``), or refuse it."""
-    if not isinstance(sql, str) or not _COMMENT.sub("", sql).strip(" \n\t;"):
-        raise ConfigError("The query is empty; type a SELECT, e.g. SELECT * FROM run_summary")
+    """Return the one read statement in ``sql`` (as DuckDB parsed it), or refuse it; see module doc."""
+    if not isinstance(sql, str):
+        raise ConfigError(f"The query must be text, got {type(sql).__name__}")
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
         raise ConfigError(f"The query does not parse: {str(exc).splitlines()[0]}") from None
-    texts = [s for s in statements if _COMMENT.sub("", s.query).strip(" \n\t;")]
-    if len(texts) != 1:
+    if not statements:
+        raise ConfigError("The query is empty; type a SELECT, e.g. SELECT * FROM run_summary")
+    if len(statements) != 1:
+        kinds = ", ".join(s.type.name for s in statements)
         raise ConfigError(
-            f"The SQL page runs one statement at a time; got {len(texts)}. Remove the extra ';'-separated statements"
+            f"The SQL page runs one statement at a time; got {len(statements)} ({kinds}). "
+            "Remove the extra ';'-separated statements (a comment ends at a line break or carriage return)"
         )
-    original = sql.strip().rstrip(";").strip()
-    _check_one(original, texts[0])
-    return original
+    return _check_one(statements[0])
 
 
-def _refusal(exc: duckdb.Error) -> StoreError:
-    first = str(exc).splitlines()[0]
-    low = first.lower()
-    if "disabled by configuration" in low or "permission" in low:
-        why = "file access and settings are switched off on the SQL page"
-    elif "read-only" in low or "read only" in low:
-        why = "the store is opened read-only"
-    elif "interrupt" in low:
-        why = "the query ran past its time limit; narrow it (WHERE, LIMIT) or aggregate"
-    else:
-        return StoreError(f"query failed: {first}")
-    return StoreError(f"query refused: {why} ({first})")
-
-
-def run_sql(store: Store, sql: str, *, max_rows: int = 10_000, timeout: float = 20.0) -> SqlResult:
-    """Check ``sql`` and run it read-only and sandboxed; see module doc."""
+def run_sql(
+    store: Store, sql: str, *, max_rows: int = 10_000, timeout: float = 20.0,
+    memory_mb: int = MEMORY_MB, max_bytes: int = MAX_BYTES,
+) -> SqlResult:
+    """Check ``sql`` and run it read-only and sandboxed in a child process; see module doc."""
     text = check_sql(sql)
-    with store.reader(safe=True) as con:
-        timer = threading.Timer(timeout, con.interrupt)
-        timer.start()
-        try:
-            cursor = con.execute(text)
-            reader = cursor.to_arrow_reader(min(max_rows + 1, 100_000))
-            batches, rows = [], 0
-            for batch in reader:
-                batches.append(batch)
-                rows += batch.num_rows
-                if rows > max_rows:
-                    break
-            frame = pl.from_arrow(pa.Table.from_batches(batches, schema=reader.schema))
-        except duckdb.Error as exc:
-            raise _refusal(exc) from None
-        finally:
-            timer.cancel()
+    job = {"home": str(store.home), "sql": text, "max_rows": max_rows, "max_bytes": max_bytes,
+           "memory_mb": memory_mb}
+    root = str(Path(__file__).resolve().parents[1])  # where `webui` is importable from
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webui.sql_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, env=env,
+    )
+    try:
+        out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise StoreError(
+            f"query refused: the query ran past its time limit ({timeout:g} s) and was stopped; "
+            "narrow it (WHERE, LIMIT) or aggregate"
+        ) from None
+    if proc.returncode == 3:
+        raise StoreError(json.loads(out)["message"])
+    if proc.returncode != 0:
+        last = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        raise StoreError(
+            f"query failed: the query process ended abnormally ({last[0]}); "
+            f"it may have run past its memory limit ({memory_mb} MB): narrow or aggregate it"
+        )
+    with pa.ipc.open_stream(out) as reader:
+        table = reader.read_all()
+        truncated = (reader.schema.metadata or {}).get(b"truncated") == b"1"
+    frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
-    truncated = frame.height > max_rows
-    return SqlResult(frame.head(max_rows), truncated, text)
+    return SqlResult(frame, truncated, text)

@@ -145,3 +145,78 @@ def test_the_sandbox_sees_rows_still_in_the_spool(store) -> None:
         assert result.frame.rows() == [("run-live", 7, 0.5)]
     finally:
         run.finish()
+
+
+HIDDEN_SECOND_STATEMENTS = {
+    "drop after a carriage-return comment": "SELECT 1; --\r DROP TABLE runs",
+    "delete after a carriage-return comment": "SELECT run_id FROM runs --\r; DELETE FROM metrics",
+    "create temp after a block comment": "SELECT 1; /* x */ CREATE TEMP TABLE t AS SELECT 1",
+    "update in a second line": "SELECT 1;\r\nUPDATE runs SET name = 'x'",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN_SECOND_STATEMENTS))
+def test_a_second_statement_hidden_after_a_comment_is_refused(name: str, store) -> None:
+    with pytest.raises(ConfigError, match="one statement at a time; got 2"):
+        run_sql(store, HIDDEN_SECOND_STATEMENTS[name])
+    assert store.query("SELECT count(*) AS n FROM runs")["n"][0] == 3
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CALL enable_logging(storage='file', storage_path='/tmp/x')",
+        "SELECT * FROM enable_logging(storage='file')",
+        "COPY runs TO '/tmp/runs-copy.csv'",
+        "COPY runs FROM '/etc/hostname'",
+        "EXPLAIN COPY (SELECT 1) TO '/tmp/x.csv'",
+        "EXPLAIN ANALYZE CALL enable_logging()",
+    ],
+)
+def test_calls_and_copies_are_refused_by_the_parser(sql: str, store) -> None:
+    with pytest.raises(ConfigError, match="refused"):
+        check_sql(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM duckdb_databases()",
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()",
+        "FROM duckdb_settings()",
+        "SELECT current_setting('memory_limit')",
+        "WITH s AS (SELECT * FROM duckdb_settings()) SELECT name FROM s",
+        "SELECT * FROM runs WHERE run_id IN (SELECT database_name FROM duckdb_databases())",
+        "PRAGMA database_list",
+        "FROM duckdb_settings",
+        "SELECT * FROM pragma_database_size()",
+        "EXPLAIN SELECT * FROM DUCKDB_EXTENSIONS()",
+    ],
+)
+def test_the_store_path_and_settings_are_hidden(sql: str, store) -> None:
+    with pytest.raises(ConfigError, match=r"refused on the SQL page"):
+        run_sql(store, sql)
+
+
+def test_check_returns_the_statement_duckdb_parsed() -> None:
+    assert check_sql("SELECT 1 AS one;;") == "SELECT 1 AS one"
+    assert "pragma_table_info" in check_sql("PRAGMA table_info('runs')")
+    assert check_sql("EXPLAIN ANALYZE SELECT 1") == "EXPLAIN ANALYZE SELECT 1"
+
+
+def test_a_huge_result_is_stopped_in_time_with_bounded_memory(store) -> None:
+    import resource
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(StoreError, match="more memory than the SQL page allows|time limit"):
+        run_sql(store, "SELECT repeat('x', 10000000) FROM range(100000)", timeout=20, memory_mb=256)
+    assert time.monotonic() - t0 < 21
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert peak_kib < 2 * 2**20, f"a query process reached {peak_kib / 2**20:.1f} GiB"
+
+
+def test_results_are_cut_at_max_bytes(store) -> None:
+    result = run_sql(store, "SELECT repeat('x', 1000) AS s FROM range(10000)", max_bytes=2**20)
+    assert result.truncated and 0 < result.frame.height < 1100
+    assert result.frame["s"].str.len_bytes().max() == 1000

@@ -111,7 +111,7 @@ class _Problem:
         """Exact change of -F when each image is added (selected images: -inf)."""
         d = target - self.counts
         per = self.cnt * (2.0 * d[self.cat] - self.cnt) / (target[self.cat] ** 2)
-        g = np.bincount(self.img, weights=per, minlength=self.n_images)
+        g = np.bincount(self.img, weights=per, minlength=self.n_images).astype(np.float64)  # int when empty
         g[self.selected] = -np.inf
         return g
 
@@ -119,7 +119,7 @@ class _Problem:
         """Change of -F when each selected image is removed (others: -inf)."""
         d = target - self.counts
         per = -self.cnt * (2.0 * d[self.cat] + self.cnt) / (target[self.cat] ** 2)
-        g = np.bincount(self.img, weights=per, minlength=self.n_images)
+        g = np.bincount(self.img, weights=per, minlength=self.n_images).astype(np.float64)
         g[~self.selected] = -np.inf
         return g
 
@@ -210,7 +210,7 @@ def balance(
 
     def level() -> np.ndarray:
         if per_class is not None:
-            scale = p.q / p.q.max() if target == "sqrt" and p.q.max() > 0 else (p.totals > 0)
+            scale = p.q / p.q.max() if target == "sqrt" and p.q.size and p.q.max() > 0 else (p.totals > 0)
             return per_class * scale
         n_now = int(p.selected.sum())
         per_image = p.counts.sum() / n_now if n_now else p.totals.sum() / max(1, int(p.has_ann.sum()))

@@ -1,26 +1,77 @@
-"""``tracker sql "SELECT ..."``: run SQL over the store (read-only)."""
+"""``tracker sql "SELECT ..."``: run one SQL statement over the store, read-only.
+
+The store file is opened read-only, the spool's rows are copied into temp tables,
+then DuckDB's external access is switched off and its configuration locked: the
+statement cannot change the store, read or write files (``read_csv``, ``COPY``,
+``ATTACH``), install extensions or change settings. ``--allow-files`` keeps
+external access on (the store stays read-only), for ``COPY (...) TO 'out.parquet'``
+or a join with a CSV file. One statement per call: a second one is refused, never
+silently dropped.
+"""
 
 from __future__ import annotations
 
 import click
+import duckdb
 
 from tracker.cli import friendly
 from tracker.commands._output import format_option, print_frame
 from tracker.commands.runs import home_option
+from tracker.errors import ConfigError, StoreError
 from tracker.store import Store
+
+
+def one_statement(query: str) -> duckdb.Statement:
+    """The single statement in ``query`` (DuckDB's parser), or a ConfigError saying what is wrong."""
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise ConfigError(f"the query does not parse: {str(exc).splitlines()[0]}") from None
+    if not statements:
+        raise ConfigError("the query is empty; e.g. tracker sql \"SELECT * FROM run_summary\"")
+    if len(statements) > 1:
+        kinds = ", ".join(s.type.name for s in statements)
+        raise ConfigError(
+            f"tracker sql runs one statement per call; got {len(statements)} ({kinds}): "
+            "run each in its own `tracker sql` call"
+        )
+    return statements[0]
+
+
+def _why(exc: duckdb.Error) -> str:
+    first = str(exc).splitlines()[0]
+    low = first.lower()
+    if "disabled by configuration" in low or "permission" in low:
+        return f"query refused: file access is off in tracker sql; pass --allow-files to read or write files ({first})"
+    if "locked" in low:
+        return f"query refused: settings cannot be changed in tracker sql ({first})"
+    if "read-only" in low or "read only" in low:
+        return f"query refused: tracker sql opens the store read-only ({first})"
+    return f"query failed: {first}"
 
 
 @click.command("sql")
 @click.argument("query")
 @home_option
+@click.option("--allow-files", is_flag=True,
+              help="Let the statement read and write files (read_csv, COPY ... TO); the store stays read-only.")
 @format_option
 @friendly
-def sql(query: str, home: str | None, fmt: str) -> None:
-    """Run QUERY over the store: tables runs, segments, metrics, class_metrics, classes,
-    events; views curves, class_curves, hidden_metrics, run_summary."""
+def sql(query: str, home: str | None, allow_files: bool, fmt: str) -> None:
+    """Run one read-only statement QUERY over the store: tables runs, segments, metrics,
+    class_metrics, classes, events; views curves, class_curves, hidden_metrics, run_summary."""
+    statement = one_statement(query)
     store = Store(home)
     store.ingest(timeout=1.0)
-    print_frame(store.query(query), fmt)
+    if allow_files:
+        frame = store.query(statement.query)
+    else:
+        with store.reader(safe=True) as con:
+            try:
+                frame = con.execute(statement).pl()
+            except duckdb.Error as exc:
+                raise StoreError(_why(exc)) from None
+    print_frame(frame, fmt)
 
 
 def register(cli: click.Group) -> None:
