@@ -39,6 +39,7 @@ CORE_COMMANDS: dict[str, str] = {
     "check-plugins": "losses",
     "demo": "demo",
     "export": "runs",
+    "import": "importing",
     "ingest": "runs",
     "plugins": "plugins",
     "runs": "runs",

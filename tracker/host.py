@@ -36,10 +36,11 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.coco",
     "plugins.detectors",
     "plugins.vulkan_exec",
+    "plugins.importers",
 )
 
 ENTRY_POINT_GROUP = "tracker"
-KINDS: tuple[str, ...] = ("losses", "kernels", "samplers", "loggers", "detectors", "panels")
+KINDS: tuple[str, ...] = ("losses", "kernels", "samplers", "loggers", "detectors", "panels", "importers")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 
 
