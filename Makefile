@@ -32,7 +32,7 @@ shaders: apt
 bench: setup
 	for b in bench/[a-z]*.py; do n=$$(basename $$b .py); [ $$n = peers ] || $(PY) -m bench.$$n || exit 1; done
 
-# Minutes long: each peer in its own venv under $$TRACKER_BENCH_CACHE (default ~/.cache/tracker-bench-peers).
+# Minutes long: each peer in its own venv under TRACKER_BENCH_CACHE (default ~/.cache/tracker-bench-peers).
 bench-peers: setup
 	$(PY) -m bench.peers
 
