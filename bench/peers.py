@@ -100,7 +100,7 @@ def run_peer(python: str, peer: str, keys: int, steps: int, timeout: float) -> d
             return {"error": f"timed out after {timeout:.0f} s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-2:]
+        tail = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip().strip("^~")][-2:]
         return {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
     result = json.loads(lines[-1].removeprefix("RESULT "))
     result["us_per_point"] = result["log_s"] / result["points_logged"] * 1e6
