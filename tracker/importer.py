@@ -280,8 +280,7 @@ def _metrics_rows(run_id: str, frame: pl.DataFrame) -> pa.Table:
     n = frame.height
     arrow = frame.select("step", "key", "value", "wall_time", "segment").to_arrow()
     cols = [
-        pa.array([run_id] * n, pa.string()) if n < 2 else pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(n, np.int32)), pa.array([run_id])).cast(pa.string()),
+        pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([run_id])).cast(pa.string()),
         pa.array(np.zeros(n, np.int32)),
         arrow.column("segment").cast(pa.int32()),
         arrow.column("step").cast(pa.int64()),

@@ -18,7 +18,7 @@ import click
 import numpy as np
 import pyarrow as pa
 
-from tracker.errors import DataError
+from tracker.errors import ConfigError, DataError
 from tracker.importer import Reporter, SourceRun, make_run_id, points_table
 from plugins.importers.tfrecord import TagKinds, read_scalars
 
@@ -63,6 +63,11 @@ class TensorBoardImporter:
 
     def read(self, reporter: Reporter, logdir: Path, **_: Any) -> Iterator[SourceRun]:
         """Yield one run per folder holding event files."""
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError("tracker import tensorboard needs the tensorboard package (for its compiled "
+                              "Event proto): pip install 'tracker[import]'")
         found = find_runs(logdir)
         if not found:
             raise DataError(f"no TensorBoard event files (*tfevents*) under {logdir}; pass the folder "
