@@ -114,3 +114,19 @@ def test_ultralytics_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     walls = tracker.query("SELECT min(wall_time) AS w FROM curves")["w"][0]
     assert 1.7e9 <= walls < 1.7e9 + 60  # args.yaml's time plus the elapsed-time column
     assert "unchanged" in invoke("ultralytics", str(runs / "train"), str(runs / "train2")).output
+
+
+def test_padded_cells_iso_times_and_a_torn_last_line(tmp_path: Path) -> None:
+    log = tmp_path / "old.csv"  # older Ultralytics versions pad every cell
+    log.write_text("      epoch,  train/box_loss,      when\n"
+                   "          1,         1.5,  2026-01-01T00:00:00\n"
+                   "          2,         1.25, 2026-01-01T00:01:30.5\n"
+                   "          3,         1.0")  # a writer killed mid-line
+    res = invoke("csv", str(log), "--step-column", "epoch", "--time-column", "when")
+    assert res.exit_code == 0, res.output
+    assert _rows("SELECT key, step, value, wall_time FROM curves ORDER BY step") == [
+        ("train/box_loss", 1, 1.5, 1767225600.0), ("train/box_loss", 2, 1.25, 1767225690.5)]
+    bad = tmp_path / "bad_time.csv"
+    bad.write_text("step,loss,t\n0,1.0,yesterday\n")
+    res = invoke("csv", str(bad), "--step-column", "step", "--time-column", "t")
+    assert res.exit_code == 1 and "line 2, column 't': 'yesterday' is not a time" in res.output
