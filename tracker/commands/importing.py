@@ -43,7 +43,8 @@ def _summary(plans: list[Any], dry_run: bool, seconds: float) -> None:
     verb = "would import" if dry_run else "imported"
     table = Table(title=f"{verb} {len(plans)} run(s) in {seconds:.1f} s")
     for col in ("run_id", "name", "project", "action", "segments", "keys", "points", "new points"):
-        table.add_column(col, justify="right" if col in ("segments", "keys", "points", "new points") else "left")
+        table.add_column(col, justify="right" if col in ("segments", "keys", "points", "new points") else "left",
+                         overflow="fold")  # run ids whole, never cut with an ellipsis
     for p in plans:
         table.add_row(p.run.run_id, p.run.name, p.run.project, p.action, str(len(p.segments)),
                       str(p.keys), str(p.points), str(p.new_points))
