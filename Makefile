@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup apt shaders bench clean
+.PHONY: demo test setup apt shaders bench bench-peers clean
 
 $(VENV)/bin/python:
 	@test -n "$(PYTHON)" || { echo "need python3.11 on PATH"; exit 1; }
@@ -30,7 +30,11 @@ shaders: apt
 	$(PY) -m gpu.build_shaders
 
 bench: setup
-	for b in bench/[a-z]*.py; do $(PY) -m bench.$$(basename $$b .py) || exit 1; done
+	for b in bench/[a-z]*.py; do n=$$(basename $$b .py); [ $$n = peers ] || $(PY) -m bench.$$n || exit 1; done
+
+# Minutes long: each peer in its own venv under TRACKER_BENCH_CACHE (default ~/.cache/tracker-bench-peers).
+bench-peers: setup
+	$(PY) -m bench.peers
 
 clean:
 	rm -rf $(VENV) .tracker build *.egg-info

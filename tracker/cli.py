@@ -40,6 +40,7 @@ CORE_COMMANDS: dict[str, str] = {
     "demo": "demo",
     "doctor": "doctor",
     "export": "runs",
+    "import": "importing",
     "ingest": "runs",
     "plugins": "plugins",
     "runs": "runs",

@@ -97,6 +97,20 @@ def tracker_register_commands(cli: "click.Group") -> None:
 
 
 @hookspec
+def tracker_register_importers(register: Register) -> None:
+    """Register sources of history for ``tracker import``.
+
+    Fires once per plugin manager, when ``tracker import`` is built. Call
+    ``register(importer)`` with an object that has a ``name`` (the subcommand), a
+    ``help`` line, ``params`` (the source's own ``click`` arguments and options) and
+    ``read(reporter, **options)`` yielding :class:`tracker.importer.SourceRun`
+    records. The host does the rest for every source alike: ``--project``,
+    ``--dry-run``, the progress bar, the resume rule, idempotent re-imports and
+    all-or-nothing writes (see :mod:`tracker.importer`). Returns nothing.
+    """
+
+
+@hookspec
 def tracker_register_panels(register: Register) -> None:
     """Register extra pages for the web UI.
 

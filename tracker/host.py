@@ -36,10 +36,11 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.coco",
     "plugins.detectors",
     "plugins.vulkan_exec",
+    "plugins.importers",
 )
 
 ENTRY_POINT_GROUP = "tracker"
-KINDS: tuple[str, ...] = ("losses", "kernels", "samplers", "loggers", "detectors", "panels")
+KINDS: tuple[str, ...] = ("losses", "kernels", "samplers", "loggers", "detectors", "panels", "importers")
 SINGULAR: dict[str, str] = {
     "losses": "loss term",
     "kernels": "kernel",
@@ -47,6 +48,7 @@ SINGULAR: dict[str, str] = {
     "loggers": "logger",
     "detectors": "detector",
     "panels": "panel",
+    "importers": "importer",
 }
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 

@@ -154,6 +154,34 @@ def test_hook_tracker_register_commands() -> None:
     assert CliRunner().invoke(group, ["hello"]).output == "hello from a plugin\n"
 
 
+def test_hook_tracker_register_importers() -> None:
+    from tracker.importer import SourceRun, make_run_id, points_table
+
+    @dataclass(frozen=True)
+    class Ramp:
+        name: str = "ramp"
+        help: str = "a made-up source: N points of a ramp"
+        params: tuple[Any, ...] = (click.Argument(["n"], type=int),)
+
+        def read(self, reporter: Any, n: int) -> Any:
+            reporter.start("ramp", 1)
+            yield SourceRun(kind="ramp", source=f"ramp:{n}", run_id=make_run_id("ramp", "r", "x"), name="r",
+                            project="ramps", points=points_table(list(range(n)), ["loss"] * n,
+                                                                 [float(i) for i in range(n)], [None] * n))
+
+    def tracker_register_importers(register: Any) -> None:
+        register(Ramp())
+
+    host = use_plugin(tracker_register_importers=tracker_register_importers)
+    assert host.registry("importers").owners["ramp"] == "hooked_plugin"
+    from tracker import cli as cli_mod
+
+    res = CliRunner().invoke(cli_mod.cli, ["import", "ramp", "5", "--project", "mine"])
+    assert res.exit_code == 0, res.output
+    assert tracker.query("SELECT project, n_points FROM run_summary").rows() == [("mine", 5)]
+    assert "unchanged" in CliRunner().invoke(cli_mod.cli, ["import", "ramp", "5"]).output
+
+
 def test_hook_tracker_register_panels() -> None:
     @dataclass(frozen=True)
     class Panel:
