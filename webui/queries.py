@@ -346,6 +346,7 @@ class CurveView:
     points: pl.DataFrame
     hidden: pl.DataFrame | None
     marks: pl.DataFrame
+    events: pl.DataFrame | None = None
 
 
 def curve_view(
@@ -369,6 +370,7 @@ def curve_view(
             points=curve(con, run_ids, key, lo=lo, hi=hi, buckets=buckets),
             hidden=hidden_curve(con, run_ids, key, lo=lo, hi=hi, buckets=buckets) if hidden else None,
             marks=marks,
+            events=curve_events(con, run_ids, key, lo=lo, hi=hi),
         )
 
 
@@ -381,6 +383,24 @@ def resume_marks(src: Source, run_ids: Sequence[str]) -> pl.DataFrame:
         f"min(started_at) AS started_at, count(*) AS ranks FROM segments WHERE {cond} "
         "GROUP BY run_id, segment ORDER BY run_id, segment",
         params,
+    )
+
+
+def curve_events(
+    src: Source, run_ids: Sequence[str], key: str, *, lo: int | None = None, hi: int | None = None
+) -> pl.DataFrame:
+    """Events of ``run_ids`` about ``key`` (or about no key) in the step range, to mark on its curve.
+
+    Columns: run_id, step, key, kind, severity, message.
+    """
+    lo_, hi_ = step_range(lo, hi)
+    cond, params = one_of("run_id", run_ids)
+    return fetch(
+        src,
+        f"""SELECT run_id, step, key, kind, severity, message FROM events
+            WHERE {cond} AND (key = $key OR key IS NULL) AND step BETWEEN $lo AND $hi
+            ORDER BY run_id, step, kind""",
+        {**params, "key": key, "lo": lo_, "hi": hi_},
     )
 
 
