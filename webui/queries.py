@@ -154,18 +154,48 @@ def runs_table(
     return fetch(src, sql, params + wparams)
 
 
+SHORT = 8  # lists and mappings longer than this are one summarised column
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def summarise(value: list[Any] | dict[str, Any]) -> str:
+    """A short text for a long list or mapping of the config (class counts, weights, ...).
+
+    ``80 values, 198 … 262465`` for numbers (a mapping keeps its size only), else
+    ``80 items``/``80 keys``; a short list of scalars is written out.
+    """
+    values = list(value.values()) if isinstance(value, dict) else list(value)
+    what = "keys" if isinstance(value, dict) else "items"
+    if isinstance(value, list) and len(values) <= SHORT and all(v is None or isinstance(v, (bool, int, float, str))
+                                                                for v in values):
+        return "[" + ", ".join(str(v) for v in values) + "]"
+    if values and all(_number(v) for v in values):
+        lo, hi = min(values), max(values)
+        return f"{len(values)} values, {lo:g} … {hi:g}"
+    return f"{len(values)} {what}"
+
+
 def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:
-    if isinstance(value, dict):
+    if isinstance(value, dict) and len(value) > SHORT and all(
+            v is None or isinstance(v, (bool, int, float, str)) for v in value.values()):
+        out[prefix] = summarise(value)  # a vector keyed by name (class counts): one column
+    elif isinstance(value, dict):
         for k, v in value.items():
             _flat(v, f"{prefix}.{k}", out)
+    elif isinstance(value, (list, tuple)):
+        out[prefix] = summarise(list(value))
     elif value is None or isinstance(value, (bool, int, float, str)):
         out[prefix] = value
 
 
 def config_columns(runs: pl.DataFrame, max_columns: int = 40) -> pl.DataFrame:
-    """``runs`` with its JSON config spread into ``config.<key>`` columns (scalars only).
+    """``runs`` with its JSON config spread into ``config.<key>`` columns.
 
-    Lists (class counts, weights) are left out of the columns; they stay in ``config``.
+    Scalars get a column each; a list, or a mapping of more than ``SHORT`` scalars
+    (class counts by name), stays one column holding its summary (:func:`summarise`).
     Values that differ in type across runs are shown as text.
     """
     if runs.is_empty() or "config" not in runs.columns:

@@ -422,3 +422,13 @@ def test_class_weights_are_read_where_the_run_has_them(seeded: Any) -> None:
     missing = class_weights_of({"loss": {"scheme": "inverse"}}, names)
     assert missing.weights is None and "no class counts" in missing.source
     assert class_weights_of({"loss": "bce"}, names).weights is None
+
+
+def test_runs_page_keeps_class_counts_in_one_column(open_page: Any, coco_run: Any) -> None:
+    at = open_page("runs")
+    table = at.dataframe[0].value.set_index("run_id")
+    assert not [c for c in table.columns if c.startswith("config.class_counts.")]
+    assert table.loc["run-coco", "config.class_counts"] == "80 values, 198 … 262465"
+    assert table.loc["run-coco", "config.loss.counts"] == "80 values, 198 … 262465"
+    assert table.loc["run-coco", "config.loss.scheme"] == "effective_number"
+    assert len([c for c in table.columns if c.startswith("config.")]) < 12
