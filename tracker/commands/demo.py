@@ -1,4 +1,4 @@
-"""``tracker demo``: train two small runs, interrupt and resume one, then open the app."""
+"""``tracker demo``: train three small runs (see :mod:`tracker.demo`), then open the app."""
 
 from __future__ import annotations
 
@@ -40,34 +40,13 @@ def demo(steps: int, home: str | None, ui: bool, port: int) -> None:
 
     console = Console(soft_wrap=True)
     t0 = time.perf_counter()
-    data = d.make_dataset()
-    backend = d.pick_backend()
-    where = "Vulkan compute" if backend == "vulkan" else "numpy (no Vulkan device here)"
-    console.print(f"[bold]tracker demo[/]: {len(data.names)} classes with COCO train2017 frequencies, "
-                  f"{d.SAMPLES} synthetic samples; loss kernels on [cyan]{where}[/]")
-    tag = secrets.token_hex(2)
-    plain, weighted = f"demo-{tag}-plain", f"demo-{tag}-weighted"
-    console.print(f"run 1 [cyan]{plain}[/]: plain BCE, uniform shuffling (every repeat factor is 1)")
-    d.train(data, run_id=plain, name="plain BCE", loss_params={"scheme": "none"}, threshold=1e-9,
-            steps=steps, backend=backend, home=home)
-    checkpoints: dict[int, d.Model] = {}
-    weighted_params = {"scheme": "effective_number", "beta": 0.999, "counts": data.counts.tolist()}
-    interrupt = steps * 45 // 100
-    console.print(f"run 2 [cyan]{weighted}[/]: class-weighted BCE (effective number) + repeat-factor sampling")
-    try:
-        d.train(data, run_id=weighted, name="weighted BCE + RFS", loss_params=weighted_params, threshold=0.02,
-                steps=steps, backend=backend, home=home, interrupt_at=interrupt,
-                on_checkpoint=lambda s, m: checkpoints.__setitem__(s, m.copy()))
-    except d.Preempted as exc:
-        resume_step = max(checkpoints)
-        console.print(f"  [yellow]interrupted[/]: {exc}; resuming from the checkpoint of step {resume_step}")
-        d.train(data, run_id=weighted, name="weighted BCE + RFS", loss_params=weighted_params, threshold=0.02,
-                steps=steps, backend=backend, home=home, resume_from=(resume_step, checkpoints[resume_step]))
+    runs = d.run_quick(steps, home, secrets.token_hex(2), say=console.print)
+    weighted = runs.weighted
     store = Store(home)
     store.ingest()
     summary = store.query(
-        "SELECT run_id, status, last_step, n_points, segments FROM run_summary WHERE run_id IN (?, ?) ORDER BY run_id",
-        [plain, weighted],
+        "SELECT run_id, status, last_step, n_points, segments FROM run_summary WHERE run_id IN (?, ?, ?) "
+        "ORDER BY run_id", runs.run_ids,
     )
     console.print(f"trained in {time.perf_counter() - t0:.1f} s; store: [cyan]{home_dir(home)}[/]")
     for row in summary.iter_rows(named=True):
