@@ -28,7 +28,7 @@ import polars as pl
 X_AXES = {"step": "step", "wall time": "time", "relative time (s)": "elapsed_s"}
 ZOOM = "zoom"
 SEVERITIES = ("info", "warning", "error")
-SEVERITY_COLOURS = ("#4c78a8", "#e8a200", "#d62728")
+SEVERITY_COLOURS = ("#6b6ecf", "#e8a200", "#d62728")
 
 
 @dataclass
@@ -52,7 +52,7 @@ def tooltips(*fields: str) -> list[alt.Tooltip]:
     for f in fields:
         name, _, kind = f.partition(":")
         if kind == "Q" and name not in ("step", "step_end", "segment", "n", "count", "nonfinite"):
-            out.append(alt.Tooltip(f, format=".1%" if name == "share" else ".5g"))
+            out.append(alt.Tooltip(f, format=".1%" if name in ("share", "other") else ".5g"))
         elif kind == "T":
             out.append(alt.Tooltip(f, format="%Y-%m-%d %H:%M:%S", title="wall time"))
         else:
@@ -279,9 +279,6 @@ def curve_chart(
         layer = _marks_layer(marks, frame, labels, style.x)
         if layer is not None:
             layers.append(layer)
-    flagged = _flags_layer(flags(frame, events), frame, labels, style.x)
-    if flagged is not None:
-        layers.append(flagged)
     if focus_step is not None:
         focus = pl.DataFrame({"step": [focus_step]})
         if on_time:
@@ -289,8 +286,11 @@ def curve_chart(
             focus = place(runs.with_columns(pl.lit(focus_step, pl.Int64).alias("step")), frame).select(
                 "step", X_AXES[style.x])
         layers.append(alt.Chart(focus).mark_rule(color="#d62728", strokeWidth=2).encode(x=_rule_x(style.x)))
-    chart = alt.layer(*layers, height=style.height)
-    return chart.resolve_scale(color="independent") if flagged is not None else chart
+    flagged = _flags_layer(flags(frame, events), frame, labels, style.x)
+    if flagged is None:
+        return alt.layer(*layers, height=style.height)
+    # the runs' layers share one colour scale; the flags' severity colours are a scale of their own
+    return alt.layer(alt.layer(*layers), flagged, height=style.height).resolve_scale(color="independent")
 
 
 def quick_chart(frame: pl.DataFrame, x: str, ys: Sequence[str], kind: str) -> alt.Chart:

@@ -3,13 +3,14 @@
 Rules, so the page reads at COCO's 80 classes:
 
 * Every class is named: the class charts are ``ROW_PX`` pixels a class high
-  (:func:`rows_height`) and their labels never overlap-hide.
+  (:func:`rows_height`) and their labels never overlap-hide nor shift to stay flush
+  with the chart's edge (Streamlit's theme turns both on).
 * One colour per group (rare, common, frequent) in every chart of the page
   (:data:`GROUP_SCALE`); the class weights are drawn in a colour of their own.
 * Legends sit above the charts, so nothing is clipped at the right edge of a
   1,400-pixel window; concatenated charts have fixed widths that fit it.
-* The share chart stacks the top classes plus ``other`` (grey, on top of the
-  stack and last in the legend), each top class in a colour of its own.
+* The share chart stacks the top classes, each in a colour of its own; ``other``
+  (the rest) is told in the title and the tooltip rather than stacked on top.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ ROW_PX = 14
 GROUP_COLOURS = ("#d62728", "#e8a200", "#4c78a8")
 GROUP_SCALE = alt.Scale(domain=list(GROUPS), range=list(GROUP_COLOURS))
 WEIGHT_COLOUR = "#8c6bb1"
-OTHER_COLOUR = "#b8b8b8"
 TOP_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",
                "#9d755d", "#1f77b4")
-_CLASS_AXIS = {"labelFontSize": 10, "labelOverlap": False, "labelLimit": 160, "labelPadding": 4}
+_CLASS_AXIS = {"labelFontSize": 10, "labelOverlap": False, "labelFlush": False, "labelLimit": 160, "labelPadding": 4}
 
 
 def rows_height(classes: int) -> int:
@@ -80,23 +80,36 @@ def ranking_chart(ranked: pl.DataFrame, *, key: str) -> alt.HConcatChart | alt.C
     return alt.hconcat(bars, weights, spacing=12)
 
 
-def share_chart(share: pl.DataFrame, *, key: str, height: int = 380) -> alt.Chart:
-    """Stacked share of the total that each top class (then ``other``) contributes over time."""
-    ranked = (share.group_by("class_name").agg(pl.col("share").mean().alias("_m"))
-              .with_columns((pl.col("class_name") == "other").alias("_other"))
-              .sort(["_other", "_m", "class_name"], descending=[False, True, False]))
-    domain = ranked["class_name"].to_list()
-    colours = [OTHER_COLOUR if name == "other" else TOP_COLOURS[i % len(TOP_COLOURS)]
-               for i, name in enumerate(domain)]
+def share_chart(share: pl.DataFrame, *, key: str, classes: int, height: int = 380) -> alt.Chart:
+    """Stacked share of the total that each top class contributes over time (from ``class_queries.shares``).
+
+    The top classes are stacked from the largest share up, each in a colour of its
+    own; ``other`` (the remaining ``classes - top`` classes) is not stacked on top,
+    where it would flatten the top classes into a sliver at 80 classes: its mean
+    share is given in the title and its share per step in the tooltip.
+    """
+    means = share.group_by("class_name").agg(pl.col("share").mean().alias("_m"))
+    top = means.filter(pl.col("class_name") != "other").sort(["_m", "class_name"], descending=[True, False])
+    domain = top["class_name"].to_list()
+    colours = [TOP_COLOURS[i % len(TOP_COLOURS)] for i in range(len(domain))]
+    other = means.filter(pl.col("class_name") == "other")["_m"]
+    rest = classes - len(domain)
+    title = f"top {len(domain)} of {classes} classes"
+    if rest > 0 and len(other):
+        title += f"; the other {rest} carry {float(other[0]):.0%} of {key} on average"
     rank = {name: i for i, name in enumerate(domain)}
-    frame = share.with_columns(pl.col("class_name").replace_strict(rank, default=len(rank)).alias("stack"))
-    return alt.Chart(frame).mark_area().encode(
+    others = share.filter(pl.col("class_name") == "other").select("bucket", pl.col("share").alias("other"))
+    frame = (share.filter(pl.col("class_name") != "other")
+             .with_columns(pl.col("class_name").replace_strict(rank, default=len(rank)).alias("stack"))
+             .join(others, on="bucket", how="left"))
+    return alt.Chart(frame, title=alt.Title(title, anchor="start", fontSize=12, fontWeight="normal")).mark_area(
+        opacity=0.9).encode(
         x=alt.X("step:Q", title="step", scale=alt.Scale(zero=False, nice=False)),
-        y=alt.Y("share:Q", stack="normalize", title=f"share of {key}", axis=alt.Axis(format="%")),
+        y=alt.Y("share:Q", stack="zero", title=f"share of {key}", axis=alt.Axis(format="%")),
         color=alt.Color("class_name:N", title="class", sort=domain, scale=alt.Scale(domain=domain, range=colours),
                         legend=alt.Legend(orient="right", labelLimit=160)),
-        order=alt.Order("stack:Q", sort="descending"),
-        tooltip=tooltips("class_name:N", "step:Q", "share:Q"),
+        order=alt.Order("stack:Q", sort="ascending"),
+        tooltip=tooltips("class_name:N", "step:Q", "share:Q", "other:Q"),
     ).properties(height=height)
 
 

@@ -128,6 +128,12 @@ def seed_coco(home: Path, steps: int = 300) -> None:
     run.finish()
 
 
+@pytest.fixture(scope="session")
+def seeders() -> SimpleNamespace:
+    """The seeding functions, for fixtures that build their own stores (``coco``: :func:`seed_coco`)."""
+    return SimpleNamespace(coco=seed_coco)
+
+
 @pytest.fixture
 def coco_run(store_home: Path) -> SimpleNamespace:
     """``run-coco`` added to this test's store; its class names and counts."""

@@ -105,7 +105,7 @@ def test_curves_page_overlays_runs_with_resume_marks(open_page: Any, charts_of: 
 def test_curves_page_options_log_smoothing_and_superseded_rows(open_page: Any, charts_of: Any) -> None:
     at = open_page("curves", run="run-w", key="loss/total", log="1", smooth="0")
     spec = chart(charts_of, at, "curves.chart")
-    scales = [layer.get("encoding", {}).get("y", {}).get("scale", {}).get("type") for layer in spec["layer"]]
+    scales = [layer.get("encoding", {}).get("y", {}).get("scale", {}).get("type") for layer in flat_layers(spec)]
     assert "log" in scales
     assert layer_marks(spec)[:2] == ["area", "line"] and layer_marks(spec).count("line") == 1
     next(t for t in at.toggle if t.label.startswith("Show rows superseded")).set_value(True).run()
@@ -158,6 +158,7 @@ def test_per_class_page(open_page: Any, charts_of: Any, seeded: Any) -> None:
     assert ranked["hair drier"]["weight"] == 3.0 and ranked["hair drier"]["group"] == "rare"
     share = chart(charts_of, at, "classes.share")
     assert {r["class_name"] for r in all_rows(share)} == set(seeded.classes)
+    assert share["title"]["text"] == "top 4 of 4 classes"
     rare = chart(charts_of, at, "classes.rare")
     assert {r["group"] for r in all_rows(rare)} == {"rare", "common", "frequent"}
     assert any("Counts from run config" in c.value for c in at.caption)
@@ -374,7 +375,7 @@ def test_per_class_page_at_80_classes(open_page: Any, charts_of: Any, coco_run: 
     assert not at.exception and not at.error
     heat = chart(charts_of, at, "classes.heatmap")
     assert heat["height"] >= 14 * 80  # a row per class, tall enough to name each one
-    assert heat["encoding"]["y"]["axis"]["labelOverlap"] is False
+    assert heat["encoding"]["y"]["axis"]["labelOverlap"] is False and heat["encoding"]["y"]["axis"]["labelFlush"] is False
     assert {r["class_name"] for r in all_rows(heat)} == set(coco_run.names)
     ranking = chart(charts_of, at, "classes.ranking")
     bars, weights = ranking["hconcat"]
@@ -398,8 +399,10 @@ def test_per_class_page_at_80_classes(open_page: Any, charts_of: Any, coco_run: 
     share = chart(charts_of, at, "classes.share")
     domain = share["encoding"]["color"]["scale"]["domain"]
     colours = share["encoding"]["color"]["scale"]["range"]
-    assert len(domain) == 11 and domain[-1] == "other" and len(set(colours)) == 11
+    assert len(domain) == 10 and "other" not in domain and len(set(colours)) == 10
     assert {r["class_name"] for r in all_rows(share)} == set(domain)
+    assert share["title"]["text"].startswith("top 10 of 80 classes; the other 70 carry ")
+    assert all(0 < r["other"] < 1 for r in all_rows(share))
 
 
 def test_class_weights_are_read_where_the_run_has_them(seeded: Any) -> None:

@@ -70,7 +70,7 @@ def draw() -> None:
     st.altair_chart(class_charts.ranking_chart(ranked, key=key), key="classes.ranking")
     st.subheader("Share of the total per class")
     share = class_queries.shares(cells)
-    st.altair_chart(class_charts.share_chart(share, key=key), width="stretch", key="classes.share")
+    st.altair_chart(class_charts.share_chart(share, key=key, classes=len(names)), width="stretch", key="classes.share")
     st.subheader("Rare versus frequent classes")
     if counts is None or "group" not in ranked.columns:
         st.info("No class counts: add class_counts to the run's config or give a counts file above.")

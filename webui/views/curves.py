@@ -35,7 +35,7 @@ x_wanted = state.query_param("x", "step")
 x_axis = c2.radio("x axis", x_axes, index=x_axes.index(x_wanted) if x_wanted in x_axes else 0, horizontal=True)
 log_y = c3.toggle("log y", value=state.query_param("log") == "1")
 weight = c4.slider("Smoothing (EMA)", 0.0, 0.99, float(state.query_param("smooth", "0.6") or 0.6), 0.01)
-c5, c6, _ = st.columns([2, 2, 4])
+c5, c6, _ = st.columns([3, 2, 3])
 show_hidden = c5.toggle("Show rows superseded by a resume", value=False)
 buckets = c6.select_slider("Points per series", [250, 500, 1000, 2000], value=queries.DEFAULT_BUCKETS)
 st.session_state["tracker.key"] = key
