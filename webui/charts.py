@@ -200,7 +200,8 @@ def flags(frame: pl.DataFrame, events: pl.DataFrame | None) -> pl.DataFrame:
     if not frame.is_empty() and "nonfinite" in frame.columns:
         bad = frame.filter((pl.col("nonfinite") > 0) & ~pl.col("last"))
         parts.append(bad.select(
-            "run_id", pl.col("step").cast(pl.Int64), pl.lit("non-finite").alias("kind"), pl.lit("error").alias("severity"),
+            "run_id", pl.col("step").cast(pl.Int64), pl.lit("non-finite").alias("kind"),
+            pl.lit("error").alias("severity"),
             pl.format("{} NaN/inf value(s) in steps {}..{}", pl.col("nonfinite"), pl.col("step"), pl.col("step_end"))
             .alias("message"),
             pl.lit("point").alias("mark"),
@@ -313,5 +314,6 @@ def quick_chart(frame: pl.DataFrame, x: str, ys: Sequence[str], kind: str) -> al
     return getattr(alt.Chart(long), mark)().encode(
         x=alt.X(xs, title=x), y=alt.Y(f"{y}:Q", title=ys[0] if len(ys) == 1 else "value"),
         color=alt.Color(f"{series}:N", title="column"),
-        tooltip=[alt.Tooltip(xs, title=x), alt.Tooltip(f"{series}:N", title="column"), alt.Tooltip(f"{y}:Q", title="value")],
+        tooltip=[alt.Tooltip(xs, title=x), alt.Tooltip(f"{series}:N", title="column"),
+                 alt.Tooltip(f"{y}:Q", title="value")],
     )

@@ -375,7 +375,8 @@ def test_per_class_page_at_80_classes(open_page: Any, charts_of: Any, coco_run: 
     assert not at.exception and not at.error
     heat = chart(charts_of, at, "classes.heatmap")
     assert heat["height"] >= 14 * 80  # a row per class, tall enough to name each one
-    assert heat["encoding"]["y"]["axis"]["labelOverlap"] is False and heat["encoding"]["y"]["axis"]["labelFlush"] is False
+    axis = heat["encoding"]["y"]["axis"]
+    assert axis["labelOverlap"] is False and axis["labelFlush"] is False
     assert {r["class_name"] for r in all_rows(heat)} == set(coco_run.names)
     ranking = chart(charts_of, at, "classes.ranking")
     bars, weights = ranking["hconcat"]

@@ -247,8 +247,9 @@ def save_screenshot(page: Any, name: str, *, scale: float = 1.0, clip: dict[str,
 
 def wait_drawn(page: Any, minimum: int) -> Any:
     chart = page.wait_for_selector(CHART, state="visible", timeout=90_000)
-    page.wait_for_function(f"(sel) => {{ const el = document.querySelector(sel); return el && ({DRAWN})(el) >= {minimum}; }}",
-                           arg=CHART, timeout=30_000)
+    page.wait_for_function(
+        f"(sel) => {{ const el = document.querySelector(sel); return el && ({DRAWN})(el) >= {minimum}; }}",
+        arg=CHART, timeout=30_000)
     return chart
 
 
