@@ -188,6 +188,8 @@ def test_events_page_links_to_the_curve(open_page: Any, charts_of: Any) -> None:
     at.run()
     spec = chart(charts_of, at, "events.chart")
     assert [r for r in all_rows(spec) if set(r) == {"step"}] == [{"step": 260}]
+    flagged = sorted((r["step"], r["kind"], r["mark"]) for r in all_rows(spec) if "mark" in r)
+    assert flagged == [(260, "nan", "rule"), (260, "non-finite", "point")]
     steps = [r["step"] for r in all_rows(spec) if "mean" in r]
     assert min(steps) <= 235 and max(steps) == 260
     next(b for b in at.button if b.label == "Open on the Curves page").click().run()
@@ -436,3 +438,18 @@ def test_runs_page_keeps_class_counts_in_one_column(open_page: Any, coco_run: An
     assert table.loc["run-coco", "config.loss.counts"] == "80 values, 198 … 262465"
     assert table.loc["run-coco", "config.loss.scheme"] == "effective_number"
     assert len([c for c in table.columns if c.startswith("config.")]) < 12
+
+
+def test_quick_chart_takes_any_column_names() -> None:
+    import polars as pl
+
+    from webui.charts import quick_chart
+
+    frame = pl.DataFrame({"series": [1, 2, 3], "y": [0.5, 0.25, 0.125], "value": [3, 2, 1]})
+    spec = quick_chart(frame, "series", ["y", "value"], "line").to_dict()
+    rows = next(iter(spec["datasets"].values()))
+    assert len(rows) == 6
+    x, y, colour = (spec["encoding"][c]["field"] for c in ("x", "y", "color"))
+    assert {(r[x], r[colour], r[y]) for r in rows} == {
+        (1, "y", 0.5), (2, "y", 0.25), (3, "y", 0.125), (1, "value", 3), (2, "value", 2), (3, "value", 1)}
+    assert spec["encoding"]["x"]["title"] == "series"
