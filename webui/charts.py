@@ -113,12 +113,20 @@ def _pieces(points: pl.DataFrame, marks: pl.DataFrame | None) -> pl.Series:
     return counted["piece"].cast(pl.Int32)
 
 
+def _origin(origins: dict[str, float] | None) -> pl.Expr:
+    first = pl.col("wall_time").min().over("run_id")
+    if not origins:
+        return first
+    return pl.col("run_id").replace_strict(origins, default=None, return_dtype=pl.Float64).fill_null(first)
+
+
 def curve_frame(points: pl.DataFrame, labels: dict[str, str], *, log_y: bool,
-                marks: pl.DataFrame | None = None) -> pl.DataFrame:
+                marks: pl.DataFrame | None = None, origins: dict[str, float] | None = None) -> pl.DataFrame:
     """The curve rows ready to draw: ``run`` label, time axes, ``piece``, non-positive values dropped for log.
 
     ``time`` is the wall time in epoch milliseconds, ``elapsed_s`` the seconds since the
-    run's first drawn point, ``piece`` the number of resumes (``marks``) before the point.
+    run's first point (``origins``, by run id; by default its first drawn point),
+    ``piece`` the number of resumes (``marks``) before the point.
     """
     if points.is_empty():
         return points.with_columns(pl.lit("").alias("run"), pl.lit(None, pl.Float64).alias("time"),
@@ -130,7 +138,7 @@ def curve_frame(points: pl.DataFrame, labels: dict[str, str], *, log_y: bool,
     frame = points.with_columns(
         run.alias("run"),
         (pl.col("wall_time") * 1000.0).alias("time"),
-        (pl.col("wall_time") - pl.col("wall_time").min().over("run_id")).alias("elapsed_s"),
+        (pl.col("wall_time") - _origin(origins)).alias("elapsed_s"),
         _pieces(points, marks),
     )
     if log_y:

@@ -377,6 +377,7 @@ class CurveView:
     hidden: pl.DataFrame | None
     marks: pl.DataFrame
     events: pl.DataFrame | None = None
+    origins: dict[str, float] | None = None
 
 
 def curve_view(
@@ -401,7 +402,19 @@ def curve_view(
             hidden=hidden_curve(con, run_ids, key, lo=lo, hi=hi, buckets=buckets) if hidden else None,
             marks=marks,
             events=curve_events(con, run_ids, key, lo=lo, hi=hi),
+            origins=run_origins(con, run_ids, key) if lo is not None or hi is not None else None,
         )
+
+
+def run_origins(src: Source, run_ids: Sequence[str], key: str) -> dict[str, float]:
+    """The wall time of each run's first visible point of ``key``: where relative time starts,
+    also when the view is zoomed past it."""
+    cond, params = one_of("run_id", run_ids)
+    with connection(src) as con:
+        table = "curves" if hides_rows(con, run_ids) else "metrics"
+        df = fetch(con, f"SELECT run_id, min(wall_time) AS t0 FROM {table} WHERE key = $key AND {cond} "
+                        "GROUP BY run_id", {**params, "key": key})
+    return dict(zip(df["run_id"].to_list(), df["t0"].to_list()))
 
 
 def resume_marks(src: Source, run_ids: Sequence[str]) -> pl.DataFrame:

@@ -453,3 +453,12 @@ def test_quick_chart_takes_any_column_names() -> None:
     assert {(r[x], r[colour], r[y]) for r in rows} == {
         (1, "y", 0.5), (2, "y", 0.25), (3, "y", 0.125), (1, "value", 3), (2, "value", 2), (3, "value", 1)}
     assert spec["encoding"]["x"]["title"] == "series"
+
+
+def test_relative_time_counts_from_the_run_start_when_zoomed(open_page: Any, charts_of: Any) -> None:
+    at = open_page("curves", run="run-bce", key="loss/total", x="relative time (s)")
+    rows = {r["step"]: r["elapsed_s"] for r in all_rows(curve_spec(charts_of, at)) if "mean" in r and not r["last"]}
+    assert rows[0] == 0.0 and rows[250] > rows[200] > 0
+    zoomed = open_page("curves", run="run-bce", key="loss/total", x="relative time (s)", lo="200", hi="250")
+    again = {r["step"]: r["elapsed_s"] for r in all_rows(curve_spec(charts_of, zoomed)) if "mean" in r}
+    assert min(again) == 200 and again[200] == pytest.approx(rows[200]) and again[250] == pytest.approx(rows[250])

@@ -90,7 +90,7 @@ def draw() -> None:
     labels = queries.run_labels(view.info)
     points = queries.smooth(view.points, weight)
     marks = view.marks
-    frame = charts.curve_frame(points, labels, log_y=log_y, marks=marks)
+    frame = charts.curve_frame(points, labels, log_y=log_y, marks=marks, origins=view.origins)
     hidden = None
     if view.hidden is not None and not view.hidden.is_empty():
         hidden = charts.curve_frame(view.hidden, labels, log_y=log_y)
