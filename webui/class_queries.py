@@ -11,8 +11,13 @@ Rules:
 * Class counts come from the run's config (``class_counts``: a list in class order or
   a ``{name: count}`` mapping) or from a COCO file (an instances file, whose
   annotations are counted, or a class-count file). Counts are matched to the run's
-  classes by name when both have names, else by index. Class weights come from the
-  config's ``class_weights`` list when present.
+  classes by name when both have names, else by index; the loss's own ``counts``
+  (``config["loss"]["counts"]``) serve when nothing else names them.
+* Class weights are read from where a run has them (:func:`class_weights_of`): a
+  ``class_weights`` vector (or ``{name: weight}``) at the top of the config or in its
+  ``loss`` section, else the loss section's weight parameters (``scheme``, ``counts``,
+  ``beta``, ``power``, ``weights``, ``normalize``: what ``class_weighted_bce`` is given)
+  run through :func:`tracker.weights.class_weights`, the function the loss itself uses.
 * Rare and frequent: classes are split into thirds by count (rare, common, frequent).
 """
 
@@ -174,11 +179,60 @@ def counts_vector(raw: Any, names: Sequence[str]) -> np.ndarray | None:
 
 
 def counts_from_config(config: dict[str, Any], names: Sequence[str]) -> np.ndarray | None:
-    """Class counts from a run config (``class_counts`` list or mapping), aligned to ``names``."""
+    """Class counts from a run config (``class_counts`` list or mapping, else the loss's ``counts``)."""
     for field in ("class_counts", "counts"):
         if field in config:
             return counts_vector(config[field], names)
+    loss = config.get("loss")
+    if isinstance(loss, dict) and "counts" in loss:
+        return counts_vector(loss["counts"], names)
     return None
+
+
+@dataclass
+class FoundWeights:
+    """The class weights a run trained with (None when it had none) and where they were found."""
+
+    weights: np.ndarray | None
+    source: str
+
+
+def _weight_vector(raw: Any, names: Sequence[str]) -> np.ndarray | None:
+    if isinstance(raw, dict):
+        vec = counts_vector(raw, names)
+        return vec if vec is not None and np.isfinite(vec).all() else None
+    if isinstance(raw, (list, tuple)) and len(raw) == len(names) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw):
+        return np.asarray(raw, dtype=np.float64)
+    return None
+
+
+def class_weights_of(config: dict[str, Any], names: Sequence[str]) -> FoundWeights:
+    """The class weights of a run, read from its config (see module doc for where)."""
+    from tracker.errors import TrackerError
+    from tracker.weights import COUNT_SCHEMES, SCHEMES, class_weights
+
+    loss = config.get("loss") if isinstance(config.get("loss"), dict) else {}
+    for where, section in (("class_weights", config), ("loss.class_weights", loss)):
+        found = _weight_vector(section.get("class_weights"), names)
+        if found is not None:
+            return FoundWeights(found, f"the run's config ({where})")
+    scheme = loss.get("scheme")
+    if scheme not in SCHEMES:
+        return FoundWeights(None, "The run's config names no class weights (class_weights, or a loss scheme)")
+    if scheme == "none":
+        return FoundWeights(None, "The run's loss is unweighted (loss.scheme 'none'): every class weighs 1")
+    counts = counts_vector(loss["counts"], names) if "counts" in loss else counts_from_config(config, names)
+    if scheme in COUNT_SCHEMES and (counts is None or not np.isfinite(counts).all()):
+        return FoundWeights(None, f"The run's loss uses scheme {scheme!r} but its config holds no class counts")
+    params = {k: loss[k] for k in ("beta", "power", "normalize") if k in loss}
+    try:
+        weights = class_weights(counts, scheme, weights=loss.get("weights"), num_classes=len(names), **params)
+    except (TrackerError, TypeError, ValueError) as exc:
+        return FoundWeights(None, f"The run's loss weights could not be recomputed: {exc}")
+    shown = ", ".join(f"{k} {v}" for k, v in params.items())
+    return FoundWeights(weights, f"loss.scheme {scheme!r}" + (f" ({shown})" if shown else "") +
+                        " over the run's class counts, as the loss computes them")
 
 
 def weights_from_config(config: dict[str, Any], n: int) -> np.ndarray | None:

@@ -154,18 +154,48 @@ def runs_table(
     return fetch(src, sql, params + wparams)
 
 
+SHORT = 8  # lists and mappings longer than this are one summarised column
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def summarise(value: list[Any] | dict[str, Any]) -> str:
+    """A short text for a long list or mapping of the config (class counts, weights, ...).
+
+    ``80 values, 198 … 262465`` for numbers (a mapping keeps its size only), else
+    ``80 items``/``80 keys``; a short list of scalars is written out.
+    """
+    values = list(value.values()) if isinstance(value, dict) else list(value)
+    what = "keys" if isinstance(value, dict) else "items"
+    if isinstance(value, list) and len(values) <= SHORT and all(v is None or isinstance(v, (bool, int, float, str))
+                                                                for v in values):
+        return "[" + ", ".join(str(v) for v in values) + "]"
+    if values and all(_number(v) for v in values):
+        lo, hi = min(values), max(values)
+        return f"{len(values)} values, {lo:g} … {hi:g}"
+    return f"{len(values)} {what}"
+
+
 def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:
-    if isinstance(value, dict):
+    if isinstance(value, dict) and len(value) > SHORT and all(
+            v is None or isinstance(v, (bool, int, float, str)) for v in value.values()):
+        out[prefix] = summarise(value)  # a vector keyed by name (class counts): one column
+    elif isinstance(value, dict):
         for k, v in value.items():
             _flat(v, f"{prefix}.{k}", out)
+    elif isinstance(value, (list, tuple)):
+        out[prefix] = summarise(list(value))
     elif value is None or isinstance(value, (bool, int, float, str)):
         out[prefix] = value
 
 
 def config_columns(runs: pl.DataFrame, max_columns: int = 40) -> pl.DataFrame:
-    """``runs`` with its JSON config spread into ``config.<key>`` columns (scalars only).
+    """``runs`` with its JSON config spread into ``config.<key>`` columns.
 
-    Lists (class counts, weights) are left out of the columns; they stay in ``config``.
+    Scalars get a column each; a list, or a mapping of more than ``SHORT`` scalars
+    (class counts by name), stays one column holding its summary (:func:`summarise`).
     Values that differ in type across runs are shown as text.
     """
     if runs.is_empty() or "config" not in runs.columns:
@@ -346,6 +376,8 @@ class CurveView:
     points: pl.DataFrame
     hidden: pl.DataFrame | None
     marks: pl.DataFrame
+    events: pl.DataFrame | None = None
+    origins: dict[str, float] | None = None
 
 
 def curve_view(
@@ -369,7 +401,20 @@ def curve_view(
             points=curve(con, run_ids, key, lo=lo, hi=hi, buckets=buckets),
             hidden=hidden_curve(con, run_ids, key, lo=lo, hi=hi, buckets=buckets) if hidden else None,
             marks=marks,
+            events=curve_events(con, run_ids, key, lo=lo, hi=hi),
+            origins=run_origins(con, run_ids, key) if lo is not None or hi is not None else None,
         )
+
+
+def run_origins(src: Source, run_ids: Sequence[str], key: str) -> dict[str, float]:
+    """The wall time of each run's first visible point of ``key``: where relative time starts,
+    also when the view is zoomed past it."""
+    cond, params = one_of("run_id", run_ids)
+    with connection(src) as con:
+        table = "curves" if hides_rows(con, run_ids) else "metrics"
+        df = fetch(con, f"SELECT run_id, min(wall_time) AS t0 FROM {table} WHERE key = $key AND {cond} "
+                        "GROUP BY run_id", {**params, "key": key})
+    return dict(zip(df["run_id"].to_list(), df["t0"].to_list()))
 
 
 def resume_marks(src: Source, run_ids: Sequence[str]) -> pl.DataFrame:
@@ -381,6 +426,24 @@ def resume_marks(src: Source, run_ids: Sequence[str]) -> pl.DataFrame:
         f"min(started_at) AS started_at, count(*) AS ranks FROM segments WHERE {cond} "
         "GROUP BY run_id, segment ORDER BY run_id, segment",
         params,
+    )
+
+
+def curve_events(
+    src: Source, run_ids: Sequence[str], key: str, *, lo: int | None = None, hi: int | None = None
+) -> pl.DataFrame:
+    """Events of ``run_ids`` about ``key`` (or about no key) in the step range, to mark on its curve.
+
+    Columns: run_id, step, key, kind, severity, message.
+    """
+    lo_, hi_ = step_range(lo, hi)
+    cond, params = one_of("run_id", run_ids)
+    return fetch(
+        src,
+        f"""SELECT run_id, step, key, kind, severity, message FROM events
+            WHERE {cond} AND (key = $key OR key IS NULL) AND step BETWEEN $lo AND $hi
+            ORDER BY run_id, step, kind""",
+        {**params, "key": key, "lo": lo_, "hi": hi_},
     )
 
 

@@ -8,6 +8,10 @@ The seeded store holds (all values follow closed formulas the tests recompute):
   weights in its config): steps 0..199, killed, resumed at step 150 up to step 259,
   a NaN at step 260 and an error event there;
 * ``run-detr`` (project ``detr``, crashed, no per-class values).
+
+``coco_run`` adds ``run-coco`` to a test's copy: COCO's 80 classes, trained (on
+paper) with class-weighted BCE the way the demo records it: the loss section of the
+config holds ``scheme``, ``beta`` and the 80 ``counts``, and no weight vector.
 """
 
 from __future__ import annotations
@@ -83,6 +87,59 @@ def seed(home: Path) -> None:
     finding = Event(step=120, kind="divergence", message="loss/total rose 3 sigma", key="loss/total",
                     severity="warning", data={"z": 3.2})
     Store(home).add_events("run-w", [finding], segment=0)
+
+
+def coco_counts() -> tuple[list[str], list[int]]:
+    """COCO train2017's 80 class names and instance counts, as shipped with the package."""
+    from importlib import resources
+
+    from tracker.weights import load_counts
+
+    with resources.as_file(resources.files("tracker.data") / "coco_train2017_class_counts.json") as path:
+        loaded = load_counts(path)
+    return loaded.names, [int(c) for c in loaded.counts]
+
+
+def coco_class_loss(step: int, index: int, count: int) -> float:
+    """Per-class loss of ``run-coco``: rarer classes start higher and fall slower."""
+    return (0.2 + 2.0 / math.log10(count + 10)) * math.exp(-step / (300 + index * 10)) + 0.01 * index / 80
+
+
+def seed_coco(home: Path, steps: int = 300) -> None:
+    """``run-coco`` (see module doc) under ``home``, with a resume at 2/3 of ``steps``."""
+    names, counts = coco_counts()
+    config = {"model": "yolo11n", "class_counts": dict(zip(names, counts)),
+              "loss": {"scheme": "effective_number", "beta": 0.999, "counts": counts}, "analysis": False}
+    common = {"home": home, "loggers": ["store"]}
+    stop = steps * 2 // 3
+    run = tracker.init("coco", name="coco-80", run_id="run-coco", config=config, **common)
+    run.set_classes(names)
+    for s in range(stop):
+        run.log({"loss/total": 3.0 * math.exp(-s / 120) + 0.5}, step=s)
+        if s % 10 == 0:
+            run.log_classes("loss/cls", [coco_class_loss(s, i, c) for i, c in enumerate(counts)], step=s)
+    run.finish("killed")
+    resume = stop - stop % 50
+    run = tracker.init("coco", run_id="run-coco", resume="allow", resume_step=resume, **common)
+    for s in range(resume, steps):
+        run.log({"loss/total": 2.8 * math.exp(-s / 120) + 0.5}, step=s)
+        if s % 10 == 0:
+            run.log_classes("loss/cls", [coco_class_loss(s, i, c) for i, c in enumerate(counts)], step=s)
+    run.finish()
+
+
+@pytest.fixture(scope="session")
+def seeders() -> SimpleNamespace:
+    """The seeding functions, for fixtures that build their own stores (``coco``: :func:`seed_coco`)."""
+    return SimpleNamespace(coco=seed_coco)
+
+
+@pytest.fixture
+def coco_run(store_home: Path) -> SimpleNamespace:
+    """``run-coco`` added to this test's store; its class names and counts."""
+    seed_coco(store_home)
+    names, counts = coco_counts()
+    return SimpleNamespace(run_id="run-coco", names=names, counts=counts)
 
 
 @pytest.fixture(scope="session")

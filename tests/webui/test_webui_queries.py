@@ -171,8 +171,24 @@ def test_config_columns_spread_scalars(store) -> None:
     runs = queries.config_columns(queries.runs_table(store, sort="name", descending=False))
     assert runs["config.lr"].to_list() == [0.01, 0.001, 0.02]
     assert runs["config.model.depth"].to_list() == [None, 6, None]
-    assert "config.class_counts" not in runs.columns
+    assert runs["config.class_counts"].to_list() == ["[262465, 7113, 43867, 198]", None,
+                                                     "[262465, 7113, 43867, 198]"]
     assert json.loads(runs["config"][2])["class_weights"] == [0.2, 1.0, 0.5, 3.0]
+
+
+def test_config_columns_keep_vectors_in_one_summarised_column() -> None:
+    names = [f"class{i}" for i in range(80)]
+    config = {"lr": 0.1, "class_counts": {n: i + 1 for i, n in enumerate(names)},
+              "loss": {"scheme": "effective_number", "counts": list(range(80, 0, -1))},
+              "aug": {"flip": 0.5, "hsv": [0.1, 0.2]}, "tags": ["a", "b"] * 10}
+    runs = pl.DataFrame({"run_id": ["r"], "config": [json.dumps(config)]})
+    out = queries.config_columns(runs)
+    shown = {c: out[c][0] for c in out.columns if c.startswith("config.")}
+    assert shown == {
+        "config.lr": 0.1, "config.class_counts": "80 values, 1 … 80", "config.loss.scheme": "effective_number",
+        "config.loss.counts": "80 values, 1 … 80", "config.aug.flip": 0.5, "config.aug.hsv": "[0.1, 0.2]",
+        "config.tags": "20 items",
+    }
 
 
 def test_resumed_curve_has_no_duplicate_and_no_gap(store, seeded) -> None:

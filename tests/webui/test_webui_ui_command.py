@@ -65,3 +65,66 @@ def test_ui_reports_a_failed_server(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_ui_refuses_a_bad_port() -> None:
     result = CliRunner().invoke(build_cli(), ["ui", "--port", "70000"])
     assert result.exit_code == 2 and "70000" in result.output
+
+
+def _listening(port: int) -> set[str]:
+    """Local addresses with a socket listening on ``port`` (hex, as /proc/net/tcp* writes them)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        path = Path(table)
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.rpartition(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.add(address)
+    return found
+
+
+def test_the_shipped_config_applies_to_a_bare_streamlit_run(tmp_path: Path) -> None:
+    """What `streamlit run webui` reads, from any working directory: loopback, no usage statistics."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import streamlit.config as c, sys; c._main_script_path = sys.argv[1]; "
+        "c.get_config_options(force_reparse=True); "
+        "print(c.get_option('server.address'), c.get_option('browser.gatherUsageStats'), "
+        "c.get_option('server.headless'))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(WEBUI / "streamlit_app.py")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["127.0.0.1", "False", "True"]
+
+
+@pytest.mark.slow
+def test_a_bare_streamlit_run_binds_only_the_loopback(tmp_path: Path) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    env = {**os.environ, "TRACKER_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(WEBUI), "--server.port", str(port)],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, f"streamlit exited with status {proc.returncode}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                assert time.monotonic() < deadline, "streamlit did not answer within 60 s"
+                time.sleep(0.3)
+        assert _listening(port) == {"0100007F"}  # 127.0.0.1 only: not 0.0.0.0, not ::
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)

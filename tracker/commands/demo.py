@@ -1,8 +1,9 @@
-"""``tracker demo``: train two runs, interrupt and resume one, then open the app.
+"""``tracker demo``: train runs, interrupt and resume one, then open the app.
 
 By default the runs train a real detector (YOLO11n with Ultralytics, the
 ``ultralytics`` extra) on a synthetic dataset with COCO's long tail;
-``--quick`` runs the fast synthetic demo (a linear multi-label model in numpy).
+``--quick`` runs the fast synthetic demo (three runs of a linear multi-label model in
+numpy, see :mod:`tracker.demo`).
 """
 
 from __future__ import annotations
@@ -33,36 +34,15 @@ def _free_port(preferred: int) -> int:
     raise click.ClickException("no free localhost port for the web UI")
 
 
-def _quick(console: Console, steps: int, home: str | None, tag: str) -> tuple[str, str]:
-    """The synthetic demo: plain BCE vs class-weighted BCE + repeat-factor sampling, numpy model."""
+def _quick(console: Console, steps: int, home: str | None, tag: str) -> tuple[list[str], str]:
+    """The synthetic demo (:func:`tracker.demo.run_quick`): its run ids and the one to look at."""
     from tracker import demo as d
 
-    data = d.make_dataset()
-    backend = d.pick_backend()
-    where = "Vulkan compute" if backend == "vulkan" else "numpy (no Vulkan device here)"
-    console.print(f"[bold]tracker demo --quick[/]: {len(data.names)} classes with COCO train2017 frequencies, "
-                  f"{d.SAMPLES} synthetic samples; loss kernels on [cyan]{where}[/]")
-    plain, weighted = f"demo-{tag}-plain", f"demo-{tag}-weighted"
-    console.print(f"run 1 [cyan]{plain}[/]: plain BCE, uniform shuffling (every repeat factor is 1)")
-    d.train(data, run_id=plain, name="plain BCE", loss_params={"scheme": "none"}, threshold=1e-9,
-            steps=steps, backend=backend, home=home)
-    checkpoints: dict[int, d.Model] = {}
-    weighted_params = {"scheme": "effective_number", "beta": 0.999, "counts": data.counts.tolist()}
-    interrupt = steps * 45 // 100
-    console.print(f"run 2 [cyan]{weighted}[/]: class-weighted BCE (effective number) + repeat-factor sampling")
-    try:
-        d.train(data, run_id=weighted, name="weighted BCE + RFS", loss_params=weighted_params, threshold=0.02,
-                steps=steps, backend=backend, home=home, interrupt_at=interrupt,
-                on_checkpoint=lambda s, m: checkpoints.__setitem__(s, m.copy()))
-    except d.Preempted as exc:
-        resume_step = max(checkpoints)
-        console.print(f"  [yellow]interrupted[/]: {exc}; resuming from the checkpoint of step {resume_step}")
-        d.train(data, run_id=weighted, name="weighted BCE + RFS", loss_params=weighted_params, threshold=0.02,
-                steps=steps, backend=backend, home=home, resume_from=(resume_step, checkpoints[resume_step]))
-    return plain, weighted
+    runs = d.run_quick(steps, home, tag, say=console.print)
+    return list(runs.run_ids), runs.weighted
 
 
-def _yolo(console: Console, epochs: int, images: int, home: str | None, tag: str) -> tuple[str, str]:
+def _yolo(console: Console, epochs: int, images: int, home: str | None, tag: str) -> tuple[list[str], str]:
     """The real-detector demo (tracker.yolo_demo)."""
     if importlib.util.find_spec("ultralytics") is None:
         raise click.ClickException(
@@ -76,7 +56,7 @@ def _yolo(console: Console, epochs: int, images: int, home: str | None, tag: str
     result = run_demo(home, tag, train_images=images, val_images=max(8, images // 4), epochs=epochs,
                       echo=lambda line: console.print(line, highlight=False))
     console.print(f"training took {result.seconds:.1f} s (two runs, one killed with SIGKILL and resumed)")
-    return result.plain, result.weighted
+    return [result.plain, result.weighted], result.weighted
 
 
 @click.command("demo")
@@ -99,12 +79,12 @@ def demo(quick: bool, steps: int, epochs: int, images: int, home: str | None, ui
     console = Console(soft_wrap=True)
     t0 = time.perf_counter()
     tag = secrets.token_hex(2)
-    plain, weighted = _quick(console, steps, home, tag) if quick else _yolo(console, epochs, images, home, tag)
+    run_ids, weighted = _quick(console, steps, home, tag) if quick else _yolo(console, epochs, images, home, tag)
     store = Store(home)
     store.ingest()
     summary = store.query(
-        "SELECT run_id, status, last_step, n_points, segments FROM run_summary WHERE run_id IN (?, ?) ORDER BY run_id",
-        [plain, weighted],
+        "SELECT run_id, status, last_step, n_points, segments FROM run_summary "
+        "WHERE list_contains(?, run_id) ORDER BY run_id", [run_ids],
     )
     console.print(f"done in {time.perf_counter() - t0:.1f} s; store: [cyan]{home_dir(home)}[/]")
     for row in summary.iter_rows(named=True):

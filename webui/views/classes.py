@@ -1,7 +1,9 @@
 """Per class: heatmap, ranked bars with class weights, shares over time, rare vs frequent.
 
 Class counts for the rare-versus-frequent view come from the run's config
-(``class_counts``) or from a COCO instances or class-count JSON file given here.
+(``class_counts``, or the loss's ``counts``) or from a COCO instances or class-count
+JSON file given here. Class weights come from where the run has them (see
+``class_queries.class_weights_of``). Charts follow ``webui/class_charts.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import polars as pl
 import streamlit as st
 
 from tracker.errors import TrackerError
-from webui import charts, class_queries, queries, state
+from webui import class_charts, class_queries, queries, state
 
 st.title("Per class")
 picked = state.run_picker(multi=False, label="Run")
@@ -54,29 +56,30 @@ def draw() -> None:
     """All per-class views of ``key`` (refreshed every 2 s while the run is running)."""
     view = state.load("class_view", run_id, key, buckets=buckets, last_steps=int(last_steps), live=live)
     cells, names = view.cells, view.names
-    size = len(names)
     st.subheader("Classes × steps")
-    st.altair_chart(charts.heatmap_chart(cells, key=key, log_color=log_color, height=max(240, 9 * size)),
-                    width="stretch", key="classes.heatmap")
+    st.altair_chart(class_charts.heatmap_chart(cells, key=key, log_color=log_color), width="stretch",
+                    key="classes.heatmap")
     counts, source = _counts(names)
-    weights = class_queries.weights_from_config(config, size)
-    ranked = class_queries.with_counts(view.ranked, counts, weights)
+    found = class_queries.class_weights_of(config, names)
+    ranked = class_queries.with_counts(view.ranked, counts, found.weights)
     st.subheader(f"Ranked by mean over the last {int(last_steps)} steps")
-    if weights is None:
-        st.caption("The run's config has no class_weights; bars show the loss only.")
-    st.altair_chart(charts.ranking_chart(ranked, key=key, height=max(240, 9 * size)), width="stretch",
-                    key="classes.ranking")
+    if found.weights is None:
+        st.caption(f"{found.source}; bars show the loss only.")
+    else:
+        st.caption(f"Class weights beside the bars: {found.source}.")
+    st.altair_chart(class_charts.ranking_chart(ranked, key=key), key="classes.ranking")
     st.subheader("Share of the total per class")
     share = class_queries.shares(cells)
-    st.altair_chart(charts.share_chart(share, key=key), width="stretch", key="classes.share")
+    st.altair_chart(class_charts.share_chart(share, key=key, classes=len(names)), width="stretch", key="classes.share")
     st.subheader("Rare versus frequent classes")
     if counts is None or "group" not in ranked.columns:
         st.info("No class counts: add class_counts to the run's config or give a counts file above.")
         return
     groups = {g: ranked.filter(pl.col("group") == g)["class_index"].to_list() for g in class_queries.GROUPS}
     curves = class_queries.group_means(cells, groups)
-    st.caption(f"Counts from {source}; classes split into thirds by count.")
-    st.altair_chart(charts.rare_frequent_chart(ranked, curves, key=key), key="classes.rare")
+    st.caption(f"Counts from {source}; classes split into thirds by count: "
+               "rare (red), common (amber), frequent (blue) in every chart of this page.")
+    st.altair_chart(class_charts.rare_frequent_chart(ranked, curves, key=key), key="classes.rare")
     table = ranked.group_by("group").agg(
         pl.len().alias("classes"), pl.col("count").sum().alias("instances"), pl.col("mean").mean().alias("mean loss")
     ).sort("instances")

@@ -1,4 +1,6 @@
-"""Curves: one key for many runs, downsampled in SQL, smoothed, with resume marks.
+"""Curves: one key for many runs, downsampled in SQL, smoothed, with resume marks and events.
+
+Brushing a step range zooms on the step axis; on the time axes the slider zooms.
 
 URL parameters: ``run`` (repeatable), ``key``, ``lo``/``hi`` (step range), ``step``
 (a focus rule, e.g. from the Events page), ``x`` (step, wall time, relative time (s)),
@@ -33,7 +35,7 @@ x_wanted = state.query_param("x", "step")
 x_axis = c2.radio("x axis", x_axes, index=x_axes.index(x_wanted) if x_wanted in x_axes else 0, horizontal=True)
 log_y = c3.toggle("log y", value=state.query_param("log") == "1")
 weight = c4.slider("Smoothing (EMA)", 0.0, 0.99, float(state.query_param("smooth", "0.6") or 0.6), 0.01)
-c5, c6, _ = st.columns([2, 2, 4])
+c5, c6, _ = st.columns([3, 2, 3])
 show_hidden = c5.toggle("Show rows superseded by a resume", value=False)
 buckets = c6.select_slider("Points per series", [250, 500, 1000, 2000], value=queries.DEFAULT_BUCKETS)
 st.session_state["tracker.key"] = key
@@ -66,10 +68,14 @@ live = context.live
 
 
 def _apply_brush(event: object) -> None:
-    """Zoom to the step range brushed on the chart (a fresh chart key clears the brush)."""
-    selection = getattr(event, "selection", None)
-    brushed = selection.get(charts.ZOOM) if selection is not None else None
-    steps = brushed.get("step") if brushed else None
+    """Zoom to the step range brushed on the chart (a fresh chart key clears the brush).
+
+    Only a chart drawn with ``on_select="rerun"`` returns a selection state (a dict);
+    otherwise Streamlit returns the element itself, which has no selection to read.
+    """
+    selection = event.get("selection") if isinstance(event, dict) else None
+    brushed = selection.get(charts.ZOOM) if isinstance(selection, dict) else None
+    steps = brushed.get("step") if isinstance(brushed, dict) else None
     if steps and len(steps) == 2 and steps[1] > steps[0]:
         st.session_state[ZOOM] = (max(lo_all, int(steps[0])), min(hi_all, int(steps[1]) + 1))
         st.session_state["tracker.zoom_version"] = st.session_state.get("tracker.zoom_version", 0) + 1
@@ -83,19 +89,20 @@ def draw() -> None:
     view = state.load("curve_view", run_ids, key, lo=lo, hi=hi, buckets=buckets, hidden=show_hidden, live=live)
     labels = queries.run_labels(view.info)
     points = queries.smooth(view.points, weight)
-    frame = charts.curve_frame(points, labels, log_y=log_y)
+    marks = view.marks
+    frame = charts.curve_frame(points, labels, log_y=log_y, marks=marks, origins=view.origins)
     hidden = None
     if view.hidden is not None and not view.hidden.is_empty():
         hidden = charts.curve_frame(view.hidden, labels, log_y=log_y)
-    marks = view.marks
     style = charts.CurveStyle(x=x_axis, log_y=log_y, smoothing=weight)
-    chart = charts.curve_chart(frame, style, key=key, labels=labels, marks=marks, hidden=hidden, focus_step=focus)
+    chart = charts.curve_chart(frame, style, key=key, labels=labels, marks=marks, hidden=hidden, focus_step=focus,
+                               events=view.events)
     version = st.session_state.get("tracker.zoom_version", 0)
-    event = st.altair_chart(
-        chart, width="stretch", key=f"curves.chart.{version}",
-        on_select="rerun" if style.zoomable and x_axis == "step" else "ignore",
-    )
-    _apply_brush(event)
+    brushable = style.zoomable and x_axis == "step"
+    event = st.altair_chart(chart, width="stretch", key=f"curves.chart.{x_axis}.{version}",
+                            on_select="rerun" if brushable else "ignore")
+    if brushable:
+        _apply_brush(event)
     summary = frame.group_by("run", maintain_order=True).agg(
         pl.col("n").filter(~pl.col("last")).sum().alias("points in range"),
         pl.col("step").max().alias("last step"),

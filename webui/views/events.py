@@ -65,8 +65,10 @@ def table() -> None:
     frame = charts.curve_frame(queries.smooth(points, 0.0), labels, log_y=False)
     style = charts.CurveStyle(zoomable=False, height=300)
     st.markdown(f"**{row['kind']}** at step {row['step']} of `{row['run_id']}`: {row['message']}")
-    st.altair_chart(charts.curve_chart(frame, style, key=row["key"], labels=labels, focus_step=int(row["step"])),
-                    width="stretch", key="events.chart")
+    near = events.filter((pl.col("run_id") == row["run_id"]) & pl.col("step").is_between(lo, hi)
+                         & (pl.col("key").is_null() | (pl.col("key") == row["key"])))
+    chart = charts.curve_chart(frame, style, key=row["key"], labels=labels, focus_step=int(row["step"]), events=near)
+    st.altair_chart(chart, width="stretch", key="events.chart")
     if st.button("Open on the Curves page", icon=":material/show_chart:"):
         state.set_selected_runs([row["run_id"]])
         st.switch_page(
