@@ -31,7 +31,7 @@ def test_the_demo_hint_works_as_printed_in_a_fresh_shell(
     monkeypatch.chdir(VENV_BIN.parents[1])  # where `make demo` runs: the folder holding .venv
     env = _fresh_shell_env(home)
     monkeypatch.setenv("PATH", env["PATH"])
-    res = CliRunner().invoke(build_cli(), ["demo", "--no-ui", "--steps", "60", "--home", str(home)],
+    res = CliRunner().invoke(build_cli(), ["demo", "--quick", "--no-ui", "--steps", "60", "--home", str(home)],
                              catch_exceptions=False)
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
