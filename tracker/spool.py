@@ -15,6 +15,12 @@ Rules:
   in the same transaction as their rows and removes them only after the commit.
 * Segment JSON files are never removed by ingestion: they are tiny and let a resuming
   process compute its segment number and resume step without opening the database.
+* A segment JSON's ``last_step`` is written only after the chunk holding that step is
+  in place (see :mod:`tracker.runmeta`), and records that chunk's sequence number as
+  ``last_seq``. :func:`durable_segments` reads a segment's durable last step from
+  both: the JSON, plus any chunk of the segment numbered above ``last_seq`` (a kill
+  between the chunk's rename and the JSON's). Chunks ingested and removed from the
+  spool are covered by the JSON, which was written before they could be ingested.
 """
 
 from __future__ import annotations
@@ -112,12 +118,16 @@ def _fsync_dir(path: Path) -> None:
 def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
     """Write ``data`` to ``path`` via a temp name, fsync and ``os.replace``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        if durable:
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
     if durable:
         _fsync_dir(path.parent)
 
@@ -129,11 +139,22 @@ def atomic_write_json(path: Path, obj: Any, durable: bool = True) -> None:
 def atomic_write_table(path: Path, table: pa.Table) -> None:
     """Write an Arrow table as a Parquet file, crash-safely."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp, compression="snappy", use_dictionary=["run_id", "key"])
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        pq.write_table(table, tmp, compression="snappy", use_dictionary=["run_id", "key"])
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # disk full mid-write: leave no half-written temp file behind
+        _unlink_quietly(tmp)
+        raise
     _fsync_dir(path.parent)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -156,6 +177,7 @@ class SegmentInfo:
     reason: str
     started_at: float
     last_step: int | None = None
+    last_seq: int | None = None
     ended_at: float | None = None
     heartbeat: float = field(default_factory=time.time)
     pid: int = field(default_factory=os.getpid)
@@ -180,6 +202,63 @@ def list_segments(home: Path, run_id: str) -> list[SegmentInfo]:
                 fields = SegmentInfo.__dataclass_fields__
                 out.append(SegmentInfo(**{k: v for k, v in raw.items() if k in fields}))
     out.sort(key=lambda s: (s.rank, s.segment))
+    return out
+
+
+def _chunk_max_steps(home: Path, seg: SegmentInfo) -> dict[int, int]:
+    """{seq: max step} of the segment's metric and per-class chunks still in the spool
+    (from the Parquet footers' statistics; an unreadable chunk counts as not durable)."""
+    folder = run_dir(home, seg.run_id)
+    out: dict[int, int] = {}
+    prefix = f"r{seg.rank}-s{seg.segment:04d}-"
+    try:
+        entries = [e.name for e in os.scandir(folder) if e.name.startswith(prefix)]
+    except OSError:
+        return out
+    for name in entries:
+        m = DATA_RE.match(name)
+        if not m or m.group("table") == "events":
+            continue
+        seq = int(m.group("seq"))
+        if seg.last_seq is not None and seq <= seg.last_seq and seg.last_step is not None:
+            continue  # already counted by the JSON (new format: only later chunks matter)
+        top = _parquet_max_step(folder / name)
+        if top is not None:
+            out[seq] = max(top, out.get(seq, top))
+    return out
+
+
+def _parquet_max_step(path: Path) -> int | None:
+    try:
+        meta = pq.ParquetFile(path).metadata
+        col = meta.schema.names.index("step")
+        tops = []
+        for i in range(meta.num_row_groups):
+            stats = meta.row_group(i).column(col).statistics
+            if stats is None or not stats.has_min_max:
+                tops.append(pq.read_table(path, columns=["step"]).column("step").to_numpy().max())
+                break
+            tops.append(stats.max)
+        return int(max(tops)) if tops else None
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+
+
+def durable_segments(home: Path, run_id: str) -> list[SegmentInfo]:
+    """:func:`list_segments` with each ``last_step`` set to what is durable (module doc).
+
+    A segment JSON written before ``last_seq`` existed (older spools) is also capped by
+    the largest step of its chunks still in the spool, when it has any."""
+    out = list_segments(home, run_id)
+    for seg in out:
+        chunks = _chunk_max_steps(home, seg)
+        if not chunks:
+            continue
+        top = max(chunks.values())
+        if seg.last_step is not None and seg.last_seq is None:
+            seg.last_step = min(seg.last_step, top)  # older spool: the JSON may be ahead
+        else:
+            seg.last_step = top if seg.last_step is None else max(seg.last_step, top)
     return out
 
 
