@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 import tracker
 from tracker import run as run_mod
-from tracker.runtables import metrics_table
-from tracker.spool import SegmentInfo, atomic_write_table, list_segments, run_dir
+from tracker.spool import METRICS_SCHEMA, SegmentInfo, atomic_write_table, list_segments, run_dir
 
 KILL_BEFORE_CHUNK = textwrap.dedent(
     """
@@ -61,8 +61,11 @@ def test_a_kill_before_the_chunk_is_in_place_leaves_no_gap(home: Path, tmp_path:
 
 
 def _chunk(home: Path, run_id: str, seq: int, steps: range, segment: int = 0) -> None:
-    rows = [(s, 0.0, ("loss",), [float(s)]) for s in steps]
-    table = metrics_table((run_id, 0, segment), rows)
+    n = len(steps)
+    table = pa.table(
+        [[run_id] * n, [0] * n, [segment] * n, list(steps), ["loss"] * n, [float(s) for s in steps], [0.0] * n],
+        schema=METRICS_SCHEMA,
+    )
     atomic_write_table(run_dir(home, run_id) / f"r0-s{segment:04d}-{seq:06d}.metrics.parquet", table)
 
 
