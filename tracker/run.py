@@ -24,6 +24,9 @@ Memory is bounded whatever the logging rate (the policy when the disk cannot kee
   it its oldest batches are dropped. Dropped values are counted per logger, recorded
   as a ``rows_dropped`` event and in ``run.json`` (``dropped_rows``), and warned
   about once.
+* So a run never holds more than :data:`MAX_HELD_ROWS` (1.4M) values in memory: at
+  most 400k (+ one flush) waiting for the flusher, which ``log()`` also waits for,
+  and 800k (+ one batch) queued for a stuck logger.
 * A disk-full (``ENOSPC``) write is retried with backoff until space returns (see
   :mod:`tracker.loggers`); a hung or failing logger is disabled with one warning
   naming it. ``finish()`` returns within the logger timeout (``tracker_logger_timeout``
@@ -71,6 +74,7 @@ FLUSH_INTERVAL_S = 1.0
 FLUSH_ROWS = 100_000
 MAX_BUFFERED_ROWS = 4 * FLUSH_ROWS
 LANE_BOUND_ROWS = 2 * MAX_BUFFERED_ROWS
+MAX_HELD_ROWS = MAX_BUFFERED_ROWS + LANE_BOUND_ROWS + 2 * FLUSH_ROWS  # values in memory, at most
 BACKPRESSURE_WAIT_S = 1.0
 MAX_STEP = 2**63 - 1
 RESUME_MODES = ("never", "allow", "must")
@@ -185,6 +189,8 @@ class Run:
         self._released = 0  # values every logger is done with (under _done_lock)
         self._handed = 0  # values the flusher took out of the buffers (flusher only)
         self._degraded = False
+        self._warned_behind = False
+        self.backpressure_s = 0.0  # seconds log() spent waiting for the flusher and loggers
         self._class_len: dict[str, int] = {}
         self._known_keys: set[tuple[str, ...]] = set()
         self._logger_names = list(loggers)
@@ -397,22 +403,31 @@ class Run:
             self._logged += self._rows
             self._rows = 0
             self._wake.set()
-            if self._logged - self._released > MAX_BUFFERED_ROWS or self._logged - self._handed > 2 * FLUSH_ROWS:
+            if self._logged - self._released > MAX_BUFFERED_ROWS:
                 self._backpressure()
             else:
                 self._degraded = False
 
     def _backpressure(self) -> None:
         """Wait (bounded) for the flusher and the loggers to catch up; see the module doc."""
-        deadline = time.monotonic() + BACKPRESSURE_WAIT_S
+        start = time.monotonic()
+        try:
+            self._wait_for_loggers(start + BACKPRESSURE_WAIT_S)
+        finally:
+            self.backpressure_s += time.monotonic() - start
+
+    def _wait_for_loggers(self, deadline: float) -> None:
         while True:
             over = not self._degraded and self._logged - self._released > MAX_BUFFERED_ROWS
-            if not over and self._logged - self._handed <= 2 * FLUSH_ROWS:
+            if not over and self._logged - self._handed <= MAX_BUFFERED_ROWS:
                 return
             if time.monotonic() > deadline:
                 if not over:
                     return
                 self._degraded = True
+                if self._warned_behind:
+                    return
+                self._warned_behind = True
                 log.warning(
                     "tracker: run %s: the loggers are more than %d values behind; logging goes on, "
                     "and a logger that stays stuck drops its oldest rows past %d (counted in run.json)",
