@@ -508,7 +508,11 @@ class Run:
     def _hand_off(self, batch: Batch) -> None:
         lanes = [lane for lane in self._lanes if not lane.disabled]
         batch.pending = {lane.name for lane in lanes}
-        batch.durable_pending = {lane.name for lane in lanes if lane.durable} or set(batch.pending)
+        if any(lane.durable for lane in self._lanes):  # the store (disabled: nothing is durable)
+            batch.durable_pending = {lane.name for lane in lanes if lane.durable}
+            batch.durable_ok = bool(batch.durable_pending)
+        else:  # no durable logger at all: the others are the run's record
+            batch.durable_pending = set(batch.pending)
         if not lanes:
             with self._done_lock:
                 self._released += batch.rows

@@ -260,3 +260,32 @@ def test_a_real_full_filesystem_is_survived(tmp_path: Path, monkeypatch: pytest.
 
         release()
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_failed_store_stops_the_durable_claim_even_with_other_loggers(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from plugins import store_logger
+
+    real = store_logger.atomic_write_table
+    broken = threading.Event()
+
+    def write(path: Path, table: Any) -> None:
+        if broken.is_set():
+            raise RuntimeError("bad storage driver")
+        real(path, table)
+
+    monkeypatch.setattr(store_logger, "atomic_write_table", write)
+    run = tracker.init("p", run_id="claim", loggers=["store", "csv"], config={"analysis": False})
+    for s in range(100):
+        run.log({"loss": 1.0}, step=s)
+    run.flush()
+    broken.set()
+    for s in range(100, 200):
+        run.log({"loss": 1.0}, step=s)
+    run.finish()
+    assert list_segments(home, "claim")[0].last_step == 99  # the CSV has 199; the store does not
+    assert run.dropped_rows == {"store": 100}
+    again = tracker.init("p", run_id="claim", resume="allow", loggers=["store", "csv"], config={"analysis": False})
+    assert again.start_step == 100
+    again.finish()
