@@ -323,9 +323,9 @@ class Run(Flusher):
         self._finished = True
         self._stop.set()
         self._wake.set()
+        deadline = time.monotonic() + self.logger_timeout
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.logger_timeout)
-        deadline = time.monotonic() + self.logger_timeout
         self._flush()
         if self._analysis is not None:  # events found in the last rows go out too
             if not self._analysis.wait_idle(min(deadline - time.monotonic(), self.logger_timeout / 2)):

@@ -289,3 +289,34 @@ def test_a_failed_store_stops_the_durable_claim_even_with_other_loggers(
     again = tracker.init("p", run_id="claim", resume="allow", loggers=["store", "csv"], config={"analysis": False})
     assert again.start_step == 100
     again.finish()
+
+
+def test_a_disk_that_stays_full_bounds_finish_and_records_the_loss(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from plugins import store_logger
+
+    real = store_logger.atomic_write_table
+    full = threading.Event()
+
+    def write(path: Path, table: Any) -> None:
+        if full.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, table)
+
+    monkeypatch.setattr(store_logger, "atomic_write_table", write)
+    run = tracker.init("p", run_id="never", config={"tracker_logger_timeout": 1.0, "analysis": False})
+    for s in range(100):
+        run.log({"loss": 1.0}, step=s)
+    run.flush()
+    full.set()
+    for s in range(100, 300):
+        run.log({"loss": 1.0}, step=s)
+    t0 = time.monotonic()
+    run.finish()
+    assert time.monotonic() - t0 < 1.0 + 2.0
+    assert run.dropped_rows == {"store": 200}
+    meta = json.loads((run_dir(home, "never") / "run.json").read_text())
+    assert meta["dropped_rows"] == 200 and meta["status"] == "finished"
+    assert list_segments(home, "never")[0].last_step == 99
+    assert tracker.query("SELECT count(*) AS n FROM curves")["n"][0] == 100
