@@ -120,3 +120,47 @@ def test_an_unknown_logger_leaves_no_run_json(home: Path) -> None:
     with pytest.raises(tracker.ConfigError if hasattr(tracker, "ConfigError") else Exception, match="nope"):
         tracker.init("p", run_id="typo", loggers=["store", "nope"])
     assert not (home / "runs" / "typo" / "run.json").exists()
+
+
+EXIT_WITH_HUNG_LOGGER = """
+import threading, types
+from dataclasses import dataclass
+import tracker
+from tracker import hookimpl
+from tracker.host import DEFAULT_PLUGINS, Host, make_plugin_manager, set_host
+
+@dataclass(frozen=True)
+class Stuck:
+    name: str = "stuck"
+    def open(self, run):
+        return types.SimpleNamespace(write=lambda b: threading.Event().wait(), close=lambda s: None)
+
+plugin = types.ModuleType("stuck_plugin")
+plugin.tracker_register_loggers = hookimpl(lambda register: register(Stuck()))
+pm = make_plugin_manager(default_plugins=DEFAULT_PLUGINS, entry_points=False)
+pm.register(plugin, name="stuck_plugin")
+set_host(Host(pm))
+run = tracker.init("p", run_id="exit", loggers=["stuck", "store"],
+                   config={"tracker_logger_timeout": 1.0, "analysis": False})
+for s in range(100):
+    run.log({"loss": 1.0}, step=s)
+print("logged", flush=True)
+"""  # exits without finish(): the exit hook finishes the run
+
+
+def test_interpreter_exit_is_bounded_with_a_hung_logger(home: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_WITH_HUNG_LOGGER)
+    env = {**os.environ, "TRACKER_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)}
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr
+    assert took < 15, f"exit took {took:.1f} s"
+    assert "'stuck'" in out.stderr
+    assert tracker.query("SELECT count(*) AS n FROM curves WHERE run_id = 'exit'")["n"][0] == 100
+    assert tracker.query("SELECT status FROM runs WHERE run_id = 'exit'")["status"][0] == "finished"
