@@ -77,7 +77,7 @@ def class_table(ident: tuple[str, int, int], cbuf: Sequence[ClassRow]) -> pa.Tab
 
 
 def events_table(ident: tuple[str, int, int], ebuf: Sequence[tuple[Any, ...]]) -> pa.Table:
-    """Event rows as built by ``Run._event_row``."""
+    """Event rows as built by ``Run._add_event``."""
     cols = list(zip(*ebuf))
     arrays = const_columns(*ident, len(ebuf)) + [
         pa.array(cols[0], pa.int64()),

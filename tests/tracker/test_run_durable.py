@@ -126,7 +126,7 @@ def test_a_slow_analysis_warm_up_does_not_delay_writing(home: Path, monkeypatch:
     durable_after = time.monotonic() - t0
     run.finish()
     assert seg is not None and seg.last_step == 199
-    assert durable_after < 2 * 0.2 + 0.8, f"first rows durable after {durable_after:.2f} s"
+    assert durable_after < 2.0, f"first rows durable after {durable_after:.2f} s (the warm-up takes 4 s)"
 
 
 def _backlog(run: Any) -> int:
