@@ -279,7 +279,16 @@ def visible_last_step(segments: Iterable[SegmentInfo]) -> int | None:
 
 
 def data_files(home: Path) -> list[Path]:
-    """Every data chunk in the spool, all runs, ordered by name."""
+    """Every data chunk in the spool that its segment JSON accounts for, all runs,
+    ordered by name (what queries read and ingestion takes).
+
+    A chunk numbered above its segment's ``last_seq`` is left out while that segment is
+    the rank's newest and not ended: it was just renamed into place and its JSON is a
+    moment behind, or its writer was killed in between. Taking it then would make the
+    store hold rows the run's record does not claim (a resume would start before them);
+    a resume counts it (:func:`durable_segments`) and opens a later segment, after which
+    it is taken. Segment JSON of older spools (no ``last_seq``) accounts for all chunks.
+    """
     root = runs_dir(home)
     out: list[Path] = []
     if not root.is_dir():
@@ -287,10 +296,33 @@ def data_files(home: Path) -> list[Path]:
     for run in os.scandir(root):
         if not run.is_dir():
             continue
-        for entry in os.scandir(run.path):
-            if DATA_RE.match(entry.name):
-                out.append(Path(entry.path))
+        chunks = [(DATA_RE.match(e.name), e.path) for e in os.scandir(run.path)]
+        chunks = [(m, p) for m, p in chunks if m]
+        if not chunks:
+            continue
+        limits = _unclaimed_from(home, run.name)
+        for m, path in chunks:
+            limit = limits.get((int(m.group("rank")), int(m.group("segment"))))
+            if limit is None or int(m.group("seq")) <= limit:
+                out.append(Path(path))
     out.sort()
+    return out
+
+
+def _unclaimed_from(home: Path, run_id: str) -> dict[tuple[int, int], int]:
+    """{(rank, segment): last claimed seq} for segments whose later chunks are held back."""
+    try:
+        segs = list_segments(home, run_id)
+    except (ConfigError, OSError, TypeError):
+        return {}
+    newest: dict[int, int] = {}
+    for seg in segs:
+        newest[seg.rank] = max(newest.get(seg.rank, -1), seg.segment)
+    out: dict[tuple[int, int], int] = {}
+    for seg in segs:
+        legacy = seg.last_seq is None and seg.last_step is not None
+        if seg.segment == newest[seg.rank] and seg.ended_at is None and not legacy:
+            out[(seg.rank, seg.segment)] = -1 if seg.last_seq is None else seg.last_seq
     return out
 
 

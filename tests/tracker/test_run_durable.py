@@ -88,9 +88,17 @@ def test_resume_counts_a_chunk_written_after_the_segment_json(home: Path) -> Non
     _spool_run(home, "late", last_step=99, last_seq=0)
     _chunk(home, "late", 0, range(0, 100))
     _chunk(home, "late", 1, range(100, 150))  # in place, then killed before the JSON caught up
+    from tracker.store import Store
+
+    Store(home).ingest()  # the JSON does not claim chunk 1 yet: it stays in the spool, unseen
+    assert (run_dir(home, "late") / "r0-s0000-000001.metrics.parquet").exists()
+    assert tracker.query("SELECT max(step) AS m FROM curves")["m"][0] == 99
     run = tracker.init("p", run_id="late", resume="allow", config={"analysis": False})
-    assert run.start_step == 150
+    assert run.start_step == 150  # the resume counts it, and claims it with a new segment
+    run.log({"loss": 0.5}, step=150)
     run.finish()
+    steps = tracker.query("SELECT step FROM curves ORDER BY step")["step"].to_list()
+    assert steps == list(range(151))
 
 
 def test_resume_after_the_chunks_were_ingested_and_removed(home: Path) -> None:

@@ -11,9 +11,11 @@ plans the resume, while logging, while ingesting. Checks after each round:
 
 * the durable last step ``D`` (what the next resume continues from) never goes
   down: nothing durable is lost;
-* the visible curve is exactly steps ``0..hi`` with ``hi >= D`` (no gap, no
-  duplicate; rows past ``D`` can exist when a chunk was in place and ingested
-  before its segment JSON caught up: the next resume hides and replays them);
+* the visible curve is exactly steps ``0..hi`` (no gap, no duplicate) with
+  ``J <= hi <= D``, ``J`` the last step the segment JSON claims: every claimed row
+  is visible and nothing past what a resume continues after (a chunk renamed into
+  place just before the kill, ahead of its JSON, is counted in ``D`` and shown once a
+  resume has claimed it);
 * every per-class row matches its step;
 * the next trainer starts at ``D + 1``.
 """
@@ -96,6 +98,7 @@ def _durable(home: Path) -> int | None:
 
 def check(home: Path, durable_before: int | None) -> int | None:
     """Check the invariants (module doc) and return the durable last step."""
+    from tracker.spool import list_segments, visible_last_step
     from tracker.store import Store
 
     d = _durable(home)
@@ -114,8 +117,10 @@ def check(home: Path, durable_before: int | None) -> int | None:
         raise ChaosError(f"{n - distinct} duplicate steps in the visible curve")
     if lo != 0 or hi is None or n != hi + 1:
         raise ChaosError(f"a gap in the visible curve: {n} steps between {lo} and {hi}")
-    if hi < d:
-        raise ChaosError(f"durable step {d} is not visible (the curve ends at {hi})")
+    claimed = visible_last_step([s for s in list_segments(home, "chaos") if s.rank == 0])
+    if hi > d or (claimed is not None and hi < claimed):
+        raise ChaosError(f"the visible curve ends at {hi}; the segment JSON claims {claimed}, a resume "
+                         f"would continue after {d}")
     bad = store.query(
         "SELECT count(*) FROM class_curves WHERE run_id = 'chaos' AND (value <> step OR step % 10 <> 0)"
     ).item()
