@@ -12,7 +12,14 @@ Targets: <= 2 us per point, <= 3 s until queryable, <= 50 ms to read one key.
 For scale, on this workload other trackers took 21.8 s (W&B offline) to 218 s (Aim)
 to log everything, and 0.5-22 s to read one key back.
 
-Run: ``.venv/bin/python bench/logging.py``
+Then a max-lag table: for logging rates from 10k to 1M points/s (10 keys per step,
+paced), how old the newest durable row gets (the segment JSON's last step, sampled
+every 20 ms, against when that step was logged) compared with the flush interval
+(target: never older than 2 intervals), the rate ``log()`` actually sustained (it
+waits when the loggers fall behind), and the process's peak RSS (bounded).
+
+Run: ``.venv/bin/python bench/logging.py`` (``--lag-only``, ``--seconds N`` per rate,
+``--rates 10000,1000000``).
 """
 
 from __future__ import annotations
@@ -23,8 +30,11 @@ import sys
 _HERE = __file__.rsplit("/", 1)[0] if "/" in __file__ else "."
 sys.path[:] = [p for p in sys.path if p not in ("", _HERE) and not p.endswith("/bench")]
 
+import argparse
+import json
 import os
 import statistics
+import threading
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tracker  # noqa: E402
+from tracker.run import MAX_BUFFERED_ROWS  # noqa: E402
 from tracker.store import Store  # noqa: E402
 
 STEPS = 100_000
@@ -43,6 +54,77 @@ CLASSES = 80
 
 def du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def lag_at_rate(rate: int, seconds: float) -> dict[str, float]:
+    """Log ``rate`` points/s (10 keys per step) for ``seconds``; the lag and RSS figures."""
+    home = Path(tempfile.mkdtemp(prefix="tracker-lag-"))
+    os.environ["TRACKER_HOME"] = str(home)
+    run = tracker.init("bench", run_id=f"lag{rate}", loggers=["store"], config={"analysis": False})
+    seg = home / "runs" / run.run_id / "seg-r0-s0000.json"
+    steps_per_s = rate / len(KEYS)
+    logged_at = np.full(int(steps_per_s * seconds) + 10, np.nan)
+    stop = threading.Event()
+    lags: list[float] = []
+    peak = [rss_mb()]
+    t0 = time.monotonic()
+
+    def sample() -> None:
+        while not stop.wait(0.02):
+            now = time.monotonic()
+            try:
+                last = json.loads(seg.read_bytes()).get("last_step")
+            except (OSError, ValueError):
+                last = None
+            lags.append(now - (t0 if last is None else logged_at[last]))
+            peak[0] = max(peak[0], rss_mb())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    log = run.log
+    row = dict.fromkeys(KEYS, 0.5)
+    step = 0
+    end = t0 + seconds
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            break
+        due = min(int((now - t0) * steps_per_s) + 1, len(logged_at))
+        while step < due:
+            logged_at[step] = time.monotonic()
+            log(row, step=step)
+            step += 1
+        if step >= due:
+            time.sleep(0.0005)
+    elapsed = time.monotonic() - t0
+    stop.set()  # the lag counts while logging: afterwards the newest row only ages
+    sampler.join()
+    run.finish()
+    return {
+        "rate": rate,
+        "achieved": step * len(KEYS) / elapsed,
+        "max_lag_s": max(lags),
+        "p99_lag_s": float(np.percentile(lags, 99)),
+        "interval_s": run.flush_interval,
+        "peak_rss_mb": peak[0],
+        "dropped": sum(run.dropped_rows.values()),
+    }
+
+
+def lag_table(rates: list[int], seconds: float) -> None:
+    os.environ["TRACKER_INGEST_ON_FINISH"] = "0"
+    print(f"max lag of the newest durable row ({seconds:g} s per rate, flush interval 1 s, target <= 2 intervals)")
+    print(f"  {'rate pts/s':>11} {'achieved':>11} {'max lag s':>9} {'p99 lag s':>9} {'x interval':>10} "
+          f"{'peak RSS MB':>11} {'dropped':>7}")
+    for rate in rates:
+        r = lag_at_rate(rate, seconds)
+        print(f"  {rate:>11,} {r['achieved']:>11,.0f} {r['max_lag_s']:>9.2f} {r['p99_lag_s']:>9.2f} "
+              f"{r['max_lag_s'] / r['interval_s']:>10.2f} {r['peak_rss_mb']:>11.0f} {r['dropped']:>7,}")
 
 
 def main() -> None:
@@ -93,6 +175,9 @@ def main() -> None:
     print(f"                    {us_class:6.2f} us per log_classes call ({CLASSES} values)")
     print(f"                    {t_scalar + t_class:6.2f} s in log()/log_classes() in all "
           "(W&B offline 21.8 s, MLflow batch 57 s, tensorboardX 114 s, Aim 218 s)")
+    print(f"                    {run.backpressure_s:6.2f} s of it waiting for the writer (buffer bound "
+          f"{MAX_BUFFERED_ROWS:,} values); {(t_scalar + t_class - run.backpressure_s) / expected * 1e6:.2f} us "
+          "per point without it")
     print(f"  queryable after : {queryable_s:6.2f} s from the last log()   (target <= 3.0; ratio {queryable_s / 3.0:.2f})")
     print(f"  bytes on disk   : {disk / 1e6:6.1f} MB ({disk / (expected + STEPS // 10 * CLASSES):.1f} B per point)")
     print(f"  read one key    : {read_ms:6.1f} ms median of 7 (first {reads[0] * 1000:.1f} ms) for {STEPS:,} points"
@@ -100,4 +185,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description="logging benchmark")
+    ap.add_argument("--lag-only", action="store_true", help="only the max-lag table")
+    ap.add_argument("--seconds", type=float, default=3.0, help="seconds of logging per rate in the lag table")
+    ap.add_argument("--rates", default="10000,100000,300000,1000000", help="points/s, comma-separated")
+    args = ap.parse_args()
+    if not args.lag_only:
+        main()
+    lag_table([int(x) for x in args.rates.split(",")], args.seconds)

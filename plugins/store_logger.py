@@ -1,7 +1,11 @@
 """The default logger: the run's rows as crash-safe Parquet chunks in the spool.
 
 Each ``write`` adds immutable chunks (see :mod:`tracker.spool`; the run's metadata
-files are the core's). ``close`` ingests into DuckDB when the store is free within a
+files are the core's). The session is ``durable``: the core advances the segment's
+``last_step`` only after ``write`` returned, so the segment JSON never claims rows
+whose chunk is not in place. A write that fails (disk full) removes its temp file
+and raises; the core retries the same batch, and chunks already in place are not
+written twice. ``close`` ingests into DuckDB when the store is free within a
 short wait (``TRACKER_INGEST_TIMEOUT``, default 2 s; ``TRACKER_INGEST_ON_FINISH=0``
 skips it); otherwise the rows stay in the spool, where queries see them, until the
 next ingestion.
@@ -25,18 +29,25 @@ log = logging.getLogger(__name__)
 
 
 class StoreSession:
+    durable = True
+
     def __init__(self, run: "Run"):
         self.run = run
         self.folder = run_dir(run.home, run.run_id)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._written: tuple[int, set[str]] = (-1, set())  # (seq, tables in place) of a retried batch
 
     def write(self, batch: Batch) -> None:
         prefix = f"r{self.run.rank}-s{self.run.segment:04d}-{batch.seq:06d}"
+        if self._written[0] != batch.seq:
+            self._written = (batch.seq, set())
+        done = self._written[1]
         for table_name, table in (
             ("metrics", batch.metrics), ("class_metrics", batch.class_metrics), ("events", batch.events)
         ):
-            if table is not None and table.num_rows:
+            if table is not None and table.num_rows and table_name not in done:
                 atomic_write_table(self.folder / f"{prefix}.{table_name}.parquet", table)
+                done.add(table_name)
 
     def close(self, status: str) -> None:
         if os.environ.get("TRACKER_INGEST_ON_FINISH", "1") == "0":

@@ -70,9 +70,10 @@ def tracker_register_loggers(register: Register) -> None:
 
     Fires once per plugin manager. Call ``register(logger)`` with an object that
     has a ``name`` and an ``open(info)`` method returning a session with
-    ``write(batch)`` and ``close(status)`` (see :mod:`tracker.loggers`). Sessions
-    are called from the run's background flusher thread, never from the training
-    thread. Returns nothing.
+    ``write(batch)`` and ``close(status)`` (see :mod:`tracker.loggers`). Each session
+    is called from its own worker thread, never from the training thread; one that
+    raises or hangs past the run's logger timeout is disabled with a warning naming
+    it. Returns nothing.
     """
 
 
@@ -82,7 +83,7 @@ def tracker_register_detectors(register: Register) -> None:
 
     Fires once per plugin manager. Call ``register(detector)``; a detector has a
     ``name`` and turns logged values into events (NaN/inf, divergence, spikes,
-    plateaus, ...). Detectors run on the flusher thread and offline in
+    plateaus, ...). Detectors run on the run's analysis thread and offline in
     ``tracker analyze``. Returns nothing.
     """
 

@@ -1,12 +1,36 @@
 """Runs: ``tracker.init()`` and :class:`Run`.
 
-The hot path is :meth:`Run.log`: it validates the values and appends one tuple to
-an in-memory list. Nothing else happens on the training thread. A background
-flusher thread turns the buffered rows into Arrow tables at least once a second
-(or as soon as 100k rows are waiting), hands them to the run's loggers (the store
-logger writes crash-safe Parquet chunks), and runs the online detectors.
-``finish()`` and interpreter exit flush; a ``kill -9`` loses at most the last
-flush interval.
+The hot path is :meth:`Run.log`: it validates the values (a value or step that
+cannot be stored, such as ``10**400`` or ``step=2**63``, is refused there with an
+error naming it, so it can never cost a valid row later) and appends one tuple to an
+in-memory deque. A background flusher thread turns the buffered rows into Arrow
+tables at least once a second (or as soon as 100k values are waiting) and hands them
+to the run's loggers, each on its own worker thread (:class:`tracker.loggers.Lane`):
+writing comes first; the online detectors run after, on their own thread, and the
+events they find go out with the next flush. ``finish()`` and interpreter exit
+flush; a ``kill -9`` loses at most the rows not yet written, normally the last flush
+interval.
+
+Memory is bounded whatever the logging rate (the policy when the disk cannot keep up):
+
+* Values logged but not yet written by every logger are counted. Past
+  :data:`MAX_BUFFERED_ROWS` (400,000 values, four flushes' worth), ``log()`` wakes
+  the flusher and waits for the loggers to catch up, at most
+  :data:`BACKPRESSURE_WAIT_S` (1 s) at a time: a disk slower than the training loop
+  slows the loop rather than growing the buffer.
+* A logger that makes no progress within that wait (disk full, hung) does not stall
+  training: ``log()`` stops waiting until the backlog is below the bound again, and
+  that logger keeps at most :data:`LANE_BOUND_ROWS` (800,000 values) queued; past
+  it its oldest batches are dropped. Dropped values are counted per logger, recorded
+  as a ``rows_dropped`` event and in ``run.json`` (``dropped_rows``), and warned
+  about once.
+* So a run never holds more than :data:`MAX_HELD_ROWS` (1.4M) values in memory: at
+  most 400k (+ one flush) waiting for the flusher, which ``log()`` also waits for,
+  and 800k (+ one batch) queued for a stuck logger.
+* A disk-full (``ENOSPC``) write is retried with backoff until space returns (see
+  :mod:`tracker.loggers`); a hung or failing logger is disabled with one warning
+  naming it. ``finish()`` returns within the logger timeout (``tracker_logger_timeout``
+  in the config, default 30 s) plus one flush, whatever a plugin does.
 
 Resume (DESIGN.md): resuming run R at step S opens a new segment of R (per rank);
 rows of earlier segments with step >= S are hidden by the store's views, never
@@ -33,29 +57,26 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from tracker.dist import rank_world
 from tracker.errors import ConfigError, RunError
 from tracker.events import Event
-from tracker.loggers import DEFAULT_LOGGERS, Batch
-from tracker.runmeta import RunMeta
-from tracker.spool import (
-    CLASS_SCHEMA,
-    EVENTS_SCHEMA,
-    METRICS_SCHEMA,
-    check_run_id,
-    list_segments,
-    read_run_meta,
-    run_dir,
-    visible_last_step,
+from tracker.flusher import (  # noqa: F401  (the limits are part of this module's contract)
+    BACKPRESSURE_WAIT_S,
+    FLUSH_INTERVAL_S,
+    FLUSH_ROWS,
+    LANE_BOUND_ROWS,
+    MAX_BUFFERED_ROWS,
+    MAX_HELD_ROWS,
+    Flusher,
 )
+from tracker.loggers import DEFAULT_LOGGERS, LOGGER_TIMEOUT_S, Lane
+from tracker.runmeta import RunMeta
+from tracker.spool import check_run_id, durable_segments, read_run_meta, run_dir, visible_last_step
 
 log = logging.getLogger(__name__)
 
-FLUSH_INTERVAL_S = 1.0
-FLUSH_ROWS = 100_000
+MAX_STEP = 2**63 - 1
 RESUME_MODES = ("never", "allow", "must")
 _PACKAGES = ("tracker", "numpy", "torch", "duckdb", "pyarrow", "polars", "pluggy", "vulkan")
 
@@ -109,9 +130,15 @@ def _shared_run_id(world_size: int) -> str:
 
 
 def _coerce(key: Any, value: Any) -> float:
-    """A loggable value as float, or a TypeError naming the key."""
+    """A loggable value as float, or a TypeError (ValueError when too large) naming the key."""
     if isinstance(value, (bool, numbers.Real)) and not isinstance(value, str):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise ValueError(
+                f"run.log: value of key {key!r} is {value!r:.40} and too large to store as a float64 "
+                "(largest about 1.8e308); log it scaled, or as float('inf')"
+            ) from None
     item = getattr(value, "item", None)
     if callable(item) and getattr(value, "ndim", getattr(value, "dim", lambda: 1)) in (0, ()):
         return _coerce(key, item())
@@ -123,7 +150,7 @@ def _coerce(key: Any, value: Any) -> float:
     )
 
 
-class Run:
+class Run(Flusher):
     """One training run (one rank of it). Create with :func:`tracker.init`."""
 
     def __init__(
@@ -157,20 +184,32 @@ class Run:
         self._buf: deque[tuple[int, float, tuple[str, ...], list[float]]] = deque()
         self._cbuf: deque[tuple[int, float, str, np.ndarray]] = deque()
         self._ebuf: deque[tuple[Any, ...]] = deque()
-        self._rows = 0
+        self._rows = 0  # values logged since the last count into _logged (training thread)
+        self._logged = 0  # values counted as logged (training thread only)
+        self._released = 0  # values every logger is done with (under _done_lock)
+        self._handed = 0  # values the flusher took out of the buffers (flusher only)
+        self._degraded = False
+        self._warned_behind = False
+        self.backpressure_s = 0.0  # seconds log() spent waiting for the flusher and loggers
         self._class_len: dict[str, int] = {}
         self._known_keys: set[tuple[str, ...]] = set()
         self._logger_names = list(loggers)
         self._sessions: list[tuple[str, Any]] = []
+        self._lanes: list[Lane] = []
+        self._analysis: Lane | None = None
         self._analyzer: Any = None
         self._meta: RunMeta | None = None
         self._seq = 0
+        self._status_flushed = "running"
+        self._reported_drops: dict[str, int] = {}
         self._lock = threading.Lock()  # serialises flushes, never held by log()
+        self._done_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._finished = False
         self._thread: threading.Thread | None = None
         self.flush_interval = float(config.get("tracker_flush_interval", FLUSH_INTERVAL_S))
+        self.logger_timeout = float(config.get("tracker_logger_timeout", LOGGER_TIMEOUT_S))
 
     # -- public API ------------------------------------------------------------------
     @property
@@ -179,22 +218,28 @@ class Run:
         return self._last_step
 
     def log(self, mapping: Mapping[str, Any], step: int | None = None) -> None:
-        """Log scalar values at ``step`` (default: last step + 1). Never blocks on I/O."""
+        """Log scalar values at ``step`` (default: last step + 1). Never blocks on I/O
+        (it may wait up to 1 s when the loggers are far behind: see the module doc)."""
         if self._finished:
             raise RunError(f"run {self.run_id!r} is finished; start or resume a run to log more")
         if step is None:
             step = self._next_step
         elif step.__class__ is not int:
             step = self._check_step(step)
-        if step < self.start_step:
-            self._step_before_segment(step)
+        if not self.start_step <= step <= MAX_STEP:
+            self._bad_step(step)
         keys = tuple(mapping)
         if keys not in self._known_keys:
             self._check_keys(keys)
         vals = []
-        for k, v in mapping.items():
-            t = v.__class__
-            vals.append(v if (t is float or t is int) else _coerce(k, v))
+        try:
+            for k, v in mapping.items():
+                t = v.__class__
+                vals.append(v if t is float else float(v) if t is int else _coerce(k, v))
+        except OverflowError:
+            for k, v in mapping.items():
+                _coerce(k, v)
+            raise
         self._buf.append((step, time.time(), keys, vals))
         self._after_log(step, len(vals))
 
@@ -217,22 +262,27 @@ class Run:
             values = values.detach().float().cpu().numpy()
         try:
             arr = np.array(values, dtype=np.float64).reshape(-1)
+        except OverflowError:
+            raise ValueError(
+                f"run.log_classes: values of key {key!r} hold a number too large to store as a float64 "
+                "(largest about 1.8e308); log them scaled, or as float('inf')"
+            ) from None
         except (TypeError, ValueError):
             raise TypeError(
                 f"run.log_classes: values of key {key!r} must be a numeric vector, got "
                 f"{type(values).__name__}"
             ) from None
+        if arr.size == 0:
+            raise ValueError(f"run.log_classes: values of key {key!r} are empty; pass one value per class")
         expected = len(self.classes) if self.classes else self._class_len.setdefault(key, arr.size)
         if arr.size != expected:
             raise ConfigError(
                 f"run.log_classes: key {key!r} got {arr.size} values, expected {expected} "
                 "(one per class, as set_classes or the first call said)"
             )
-        if step is None:
-            step = self._next_step
-        step = self._check_step(step)
+        step = self._check_step(self._next_step if step is None else step)
         if step < self.start_step:
-            self._step_before_segment(step)
+            self._bad_step(step)
         self._cbuf.append((step, time.time(), key, arr))
         self._after_log(step, arr.size)
 
@@ -246,39 +296,56 @@ class Run:
         data: Mapping[str, Any] | None = None,
     ) -> None:
         """Record an event (stored in ``events``) at ``step`` (default: the last step)."""
-        ev = Event(
-            step=self._check_step(step if step is not None else (self._last_step or self.start_step)),
-            kind=str(kind),
-            message=str(message),
-            key=key,
-            severity=severity,
-            data=dict(data or {}),
+        if self._finished:
+            raise RunError(f"run {self.run_id!r} is finished; start or resume a run to record events")
+        self._add_event(
+            Event(
+                step=self._check_step(step if step is not None else (self._last_step or self.start_step)),
+                kind=str(kind), message=str(message), key=key, severity=severity, data=dict(data or {}),
+            )
         )
-        self._ebuf.append(self._event_row(ev))
 
     def flush(self) -> None:
-        """Write everything buffered so far (blocking; the flusher does this on its own)."""
+        """Hand everything buffered so far to the loggers and wait until they wrote it
+        (at most the logger timeout)."""
         self._flush()
+        deadline = time.monotonic() + self.logger_timeout
+        for lane in self._lanes:
+            lane.wait_idle(deadline - time.monotonic())
 
     def finish(self, status: str = "finished") -> None:
-        """Flush, close the loggers and mark the run ``status``. Safe to call twice."""
+        """Flush, close the loggers and mark the run ``status``. Safe to call twice.
+
+        Returns within the logger timeout (``tracker_logger_timeout``, default 30 s) plus
+        one flush: a logger still busy then is disabled with a warning naming it."""
         if self._finished:
             return
         self._finished = True
         self._stop.set()
         self._wake.set()
+        deadline = time.monotonic() + self.logger_timeout
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=60)
+            self._thread.join(timeout=self.logger_timeout)
         self._flush()
+        if self._analysis is not None:  # events found in the last rows go out too
+            if not self._analysis.wait_idle(min(deadline - time.monotonic(), self.logger_timeout / 2)):
+                self._analysis.disable("it did not finish the last rows in time")
+            self._flush()
+        for lane in self._lanes:
+            if not lane.wait_idle(deadline - time.monotonic()):
+                lane.disable(f"it did not write its last rows within {self.logger_timeout:g} s")
+        self._report_drops()
         if self.status == "running" or status != "finished":
             self.status = status
         if self._meta is not None:
-            self._meta.ended(self.status)
-        for name, session in self._sessions:
-            try:
-                session.close(self.status)
-            except Exception as exc:
-                log.warning("logger %s failed to close run %s: %s", name, self.run_id, exc)
+            drops = self.dropped_rows
+            extra = {"dropped_rows": sum(drops.values()), "dropped_by_logger": drops} if drops else {}
+            self._meta.ended(self.status, **extra)
+        lanes = [*self._lanes, *([self._analysis] if self._analysis is not None else [])]
+        for lane in lanes:
+            lane.request_close(self.status)
+        for lane in lanes:
+            lane.wait_closed(deadline - time.monotonic())
         _LIVE.discard(self)
         from tracker.host import call_hook
 
@@ -302,9 +369,14 @@ class Run:
     def _check_step(self, step: Any) -> int:
         if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
             raise TypeError(f"step must be a non-negative int, got {step!r}")
+        if step > MAX_STEP:
+            raise ValueError(
+                f"step {step} is too large to store (largest is 2**63 - 1 = {MAX_STEP}); "
+                "count steps from 0 or log an epoch/step pair as two keys"
+            )
         return int(step)
 
-    def _step_before_segment(self, step: int) -> None:
+    def _bad_step(self, step: int) -> None:
         self._check_step(step)
         raise RunError(
             f"step {step} is before this segment's start step {self.start_step} (run {self.run_id!r} "
@@ -323,150 +395,19 @@ class Run:
             self._next_step = step + 1
         self._rows += n
         if self._rows >= FLUSH_ROWS:
+            self._logged += self._rows
             self._rows = 0
             self._wake.set()
+            if self._logged - self._released > MAX_BUFFERED_ROWS:
+                self._backpressure()
+            else:
+                self._degraded = False
 
-    def _event_row(self, ev: Event) -> tuple[Any, ...]:
-        return (
-            ev.step,
-            ev.key,
-            ev.kind,
-            ev.severity,
-            ev.message,
-            json.dumps(ev.data, default=float, allow_nan=True),
-            time.time(),
+    def _add_event(self, ev: Event) -> None:
+        self._ebuf.append(
+            (ev.step, ev.key, ev.kind, ev.severity, ev.message,
+             json.dumps(ev.data, default=float, allow_nan=True), time.time())
         )
-
-    # -- the flusher -----------------------------------------------------------------
-    def _start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name=f"tracker-flush-{self.run_id}", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.flush_interval)
-            self._wake.clear()
-            try:
-                self._flush()
-            except Exception:  # the flusher must survive anything
-                log.exception("tracker: flush of run %s failed", self.run_id)
-
-    def _flush(self) -> None:
-        with self._lock:
-            buf, cbuf, ebuf = _drain(self._buf), _drain(self._cbuf), _drain(self._ebuf)
-            if not (buf or cbuf or ebuf):
-                return
-            metrics = self._metrics_table(buf) if buf else None
-            classes = self._class_table(cbuf) if cbuf else None
-            status_before = self.status
-            ebuf.extend(self._analyze(metrics, classes))
-            events = self._events_table(ebuf) if ebuf else None
-            changed = self.status if self.status != status_before else None
-            batch = Batch(self._seq, metrics, classes, events, self._flushed_step(metrics, classes), changed)
-            self._seq += 1
-            if self._meta is not None:
-                self._meta.flushed(batch.last_step)
-                if changed and self.rank == 0:
-                    self._meta.update(status=changed)
-            for name, session in list(self._sessions):
-                try:
-                    session.write(batch)
-                except Exception as exc:
-                    log.error("logger %s failed on run %s and is dropped: %s", name, self.run_id, exc)
-                    self._sessions.remove((name, session))
-
-    def _flushed_step(self, metrics: pa.Table | None, classes: pa.Table | None) -> int | None:
-        """The last step written so far (from the rows themselves: log() may run concurrently)."""
-        for table in (metrics, classes):
-            if table is not None and table.num_rows:
-                top = pa.compute.max(table.column("step")).as_py()
-                self._written_step = top if self._written_step is None else max(self._written_step, top)
-        return self._written_step
-
-    def _const(self, n: int) -> list[pa.Array]:
-        return [
-            pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([self.run_id])).cast(pa.string()),
-            pa.array(np.full(n, self.rank, np.int32)),
-            pa.array(np.full(n, self.segment, np.int32)),
-        ]
-
-    def _metrics_table(self, buf: list[tuple[int, float, tuple[str, ...], list[float]]]) -> pa.Table:
-        groups: dict[tuple[str, ...], list[int]] = {}
-        for i, rec in enumerate(buf):
-            groups.setdefault(rec[2], []).append(i)
-        parts_step, parts_key, parts_val, parts_wall = [], [], [], []
-        key_index: dict[str, int] = {}
-        for keys, idx in groups.items():
-            k = len(keys)
-            if k == 0:
-                continue
-            rows = [buf[i] for i in idx]
-            vals = np.array([r[3] for r in rows], dtype=np.float64).reshape(-1)
-            steps = np.repeat(np.fromiter((r[0] for r in rows), np.int64, len(rows)), k)
-            walls = np.repeat(np.fromiter((r[1] for r in rows), np.float64, len(rows)), k)
-            codes = np.array([key_index.setdefault(key, len(key_index)) for key in keys], np.int32)
-            parts_step.append(steps)
-            parts_val.append(vals)
-            parts_wall.append(walls)
-            parts_key.append(np.tile(codes, len(rows)))
-        steps = np.concatenate(parts_step) if parts_step else np.zeros(0, np.int64)
-        order = np.argsort(steps, kind="stable")
-        n = len(steps)
-        keys_arr = pa.DictionaryArray.from_arrays(
-            pa.array(np.concatenate(parts_key)[order] if n else np.zeros(0, np.int32)),
-            pa.array(list(key_index), pa.string()),
-        ).cast(pa.string())
-        cols = self._const(n) + [
-            pa.array(steps[order]),
-            keys_arr,
-            pa.array(np.concatenate(parts_val)[order] if n else np.zeros(0)),
-            pa.array(np.concatenate(parts_wall)[order] if n else np.zeros(0)),
-        ]
-        return pa.Table.from_arrays(cols, schema=METRICS_SCHEMA)
-
-    def _class_table(self, cbuf: list[tuple[int, float, str, np.ndarray]]) -> pa.Table:
-        sizes = np.fromiter((r[3].size for r in cbuf), np.int64, len(cbuf))
-        steps = np.repeat(np.fromiter((r[0] for r in cbuf), np.int64, len(cbuf)), sizes)
-        walls = np.repeat(np.fromiter((r[1] for r in cbuf), np.float64, len(cbuf)), sizes)
-        cls = np.concatenate([np.arange(r[3].size, dtype=np.int32) for r in cbuf])
-        vals = np.concatenate([r[3] for r in cbuf])
-        keys = pa.array(np.repeat(np.array([r[2] for r in cbuf], dtype=object), sizes), pa.string())
-        n = int(sizes.sum())
-        cols = self._const(n) + [pa.array(steps), keys, pa.array(cls), pa.array(vals), pa.array(walls)]
-        return pa.Table.from_arrays(cols, schema=CLASS_SCHEMA)
-
-    def _events_table(self, ebuf: list[tuple[Any, ...]]) -> pa.Table:
-        cols = list(zip(*ebuf))
-        n = len(ebuf)
-        arrays = self._const(n) + [
-            pa.array(cols[0], pa.int64()),
-            *(pa.array(c, pa.string()) for c in cols[1:6]),
-            pa.array(cols[6], pa.float64()),
-        ]
-        return pa.Table.from_arrays(arrays, schema=EVENTS_SCHEMA)
-
-    def _analyze(self, metrics: pa.Table | None, classes: pa.Table | None) -> list[tuple[Any, ...]]:
-        if self._analyzer is None or (metrics is None and classes is None):
-            return []
-        try:
-            found = self._analyzer.observe(metrics, classes)
-        except Exception:
-            log.exception("tracker: online analysis of run %s failed; it is switched off", self.run_id)
-            self._analyzer = None
-            return []
-        rows = []
-        for ev in found or ():
-            if ev.status:
-                self.status = ev.status
-            rows.append(self._event_row(ev))
-        return rows
-
-
-def _drain(queue: deque[Any]) -> list[Any]:
-    """Pop what ``queue`` holds now, oldest first (appends racing with this stay queued)."""
-    pop = queue.popleft
-    return [pop() for _ in range(len(queue))]
-
 
 # -- init ----------------------------------------------------------------------------
 _LIVE: "weakref.WeakSet[Run]" = weakref.WeakSet()
@@ -510,7 +451,7 @@ def _plan_segment(home: Path, run_id: str, rank: int, resume: str, resume_step: 
             f"cannot resume run {run_id!r}: no such run under {home}; "
             "check the run id (`tracker runs list`) and TRACKER_HOME, or pass resume='allow'"
         )
-    segs = [s for s in list_segments(home, run_id) if s.rank == rank]
+    segs = [s for s in durable_segments(home, run_id) if s.rank == rank]
     if not segs:  # this rank has not logged to the run yet (a new run, or another rank made it)
         if resume_step is not None and not exists:
             raise ConfigError("resume_step is only meaningful when resuming an existing run")
@@ -578,8 +519,12 @@ def init(
         "seed": seed if seed is not None else cfg.get("seed"),
         "pid": os.getpid(),
     }
-    run._meta = RunMeta(run)
-    _open_sessions(run)
+    _open_sessions(run)  # before any file is written: a failure here leaves nothing behind
+    try:
+        run._meta = RunMeta(run)
+    except BaseException:
+        _close_sessions(run, "crashed")
+        raise
     _LIVE.add(run)
     run._start()
     from tracker.host import call_hook
@@ -589,6 +534,8 @@ def init(
 
 
 def _open_sessions(run: Run) -> None:
+    """Open the run's loggers. An unknown name is a ConfigError; a logger whose ``open``
+    raises is left out with a warning naming it; when none of them opens, RunError."""
     from tracker.host import get_host
 
     host = get_host()
@@ -598,7 +545,21 @@ def _open_sessions(run: Run) -> None:
             raise ConfigError(
                 f"Unknown logger {name!r}; available: {', '.join(sorted(available)) or 'none'}"
             )
-        run._sessions.append((name, available[name].open(run)))
+    failed: list[str] = []
+    for name in run._logger_names:
+        try:
+            run._sessions.append((name, available[name].open(run)))
+        except Exception as exc:
+            failed.append(f"{name!r} ({type(exc).__name__}: {exc})")
+            log.warning("tracker: logger %r failed to open run %s and is left out: %s", name, run.run_id, exc)
+    if failed and not run._sessions:
+        folder = run_dir(run.home, run.run_id)
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+        raise RunError(
+            f"no logger could open run {run.run_id!r}: {', '.join(failed)}; fix the logger or "
+            "choose others (loggers=[...] or TRACKER_LOGGERS)"
+        )
     if run.config.get("analysis") is False:
         return
     try:
@@ -608,3 +569,11 @@ def _open_sessions(run: Run) -> None:
     detectors = host.items("detectors")
     if detectors:
         run._analyzer = make_online_analyzer(run_id=run.run_id, config=run.config, detectors=detectors, run=run)
+
+
+def _close_sessions(run: Run, status: str) -> None:
+    for name, session in run._sessions:
+        try:
+            session.close(status)
+        except Exception as exc:
+            log.warning("tracker: logger %r failed to close run %s: %s", name, run.run_id, exc)

@@ -15,6 +15,12 @@ Rules:
   in the same transaction as their rows and removes them only after the commit.
 * Segment JSON files are never removed by ingestion: they are tiny and let a resuming
   process compute its segment number and resume step without opening the database.
+* A segment JSON's ``last_step`` is written only after the chunk holding that step is
+  in place (see :mod:`tracker.runmeta`), and records that chunk's sequence number as
+  ``last_seq``. :func:`durable_segments` reads a segment's durable last step from
+  both: the JSON, plus any chunk of the segment numbered above ``last_seq`` (a kill
+  between the chunk's rename and the JSON's). Chunks ingested and removed from the
+  spool are covered by the JSON, which was written before they could be ingested.
 """
 
 from __future__ import annotations
@@ -112,12 +118,16 @@ def _fsync_dir(path: Path) -> None:
 def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
     """Write ``data`` to ``path`` via a temp name, fsync and ``os.replace``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        if durable:
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
     if durable:
         _fsync_dir(path.parent)
 
@@ -129,11 +139,22 @@ def atomic_write_json(path: Path, obj: Any, durable: bool = True) -> None:
 def atomic_write_table(path: Path, table: pa.Table) -> None:
     """Write an Arrow table as a Parquet file, crash-safely."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp, compression="snappy", use_dictionary=["run_id", "key"])
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        pq.write_table(table, tmp, compression="snappy", use_dictionary=["run_id", "key"])
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # disk full mid-write: leave no half-written temp file behind
+        _unlink_quietly(tmp)
+        raise
     _fsync_dir(path.parent)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -156,6 +177,7 @@ class SegmentInfo:
     reason: str
     started_at: float
     last_step: int | None = None
+    last_seq: int | None = None
     ended_at: float | None = None
     heartbeat: float = field(default_factory=time.time)
     pid: int = field(default_factory=os.getpid)
@@ -185,6 +207,63 @@ def list_segments(home: Path, run_id: str) -> list[SegmentInfo]:
     return out
 
 
+def _chunk_max_steps(home: Path, seg: SegmentInfo) -> dict[int, int]:
+    """{seq: max step} of the segment's metric and per-class chunks still in the spool
+    (from the Parquet footers' statistics; an unreadable chunk counts as not durable)."""
+    folder = run_dir(home, seg.run_id)
+    out: dict[int, int] = {}
+    prefix = f"r{seg.rank}-s{seg.segment:04d}-"
+    try:
+        entries = [e.name for e in os.scandir(folder) if e.name.startswith(prefix)]
+    except OSError:
+        return out
+    for name in entries:
+        m = DATA_RE.match(name)
+        if not m or m.group("table") == "events":
+            continue
+        seq = int(m.group("seq"))
+        if seg.last_seq is not None and seq <= seg.last_seq and seg.last_step is not None:
+            continue  # already counted by the JSON (new format: only later chunks matter)
+        top = _parquet_max_step(folder / name)
+        if top is not None:
+            out[seq] = max(top, out.get(seq, top))
+    return out
+
+
+def _parquet_max_step(path: Path) -> int | None:
+    try:
+        meta = pq.ParquetFile(path).metadata
+        col = meta.schema.names.index("step")
+        tops = []
+        for i in range(meta.num_row_groups):
+            stats = meta.row_group(i).column(col).statistics
+            if stats is None or not stats.has_min_max:
+                tops.append(pq.read_table(path, columns=["step"]).column("step").to_numpy().max())
+                break
+            tops.append(stats.max)
+        return int(max(tops)) if tops else None
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+
+
+def durable_segments(home: Path, run_id: str) -> list[SegmentInfo]:
+    """:func:`list_segments` with each ``last_step`` set to what is durable (module doc).
+
+    A segment JSON written before ``last_seq`` existed (older spools) is also capped by
+    the largest step of its chunks still in the spool, when it has any."""
+    out = list_segments(home, run_id)
+    for seg in out:
+        chunks = _chunk_max_steps(home, seg)
+        if not chunks:
+            continue
+        top = max(chunks.values())
+        if seg.last_step is not None and seg.last_seq is None:
+            seg.last_step = min(seg.last_step, top)  # older spool: the JSON may be ahead
+        else:
+            seg.last_step = top if seg.last_step is None else max(seg.last_step, top)
+    return out
+
+
 def visible_last_step(segments: Iterable[SegmentInfo]) -> int | None:
     """The last step still visible after resumes: rows of a segment at or above a later
     segment's start step are hidden, so each segment contributes at most ``next_start - 1``."""
@@ -202,7 +281,16 @@ def visible_last_step(segments: Iterable[SegmentInfo]) -> int | None:
 
 
 def data_files(home: Path) -> list[Path]:
-    """Every data chunk in the spool, all runs, ordered by name."""
+    """Every data chunk in the spool that its segment JSON accounts for, all runs,
+    ordered by name (what queries read and ingestion takes).
+
+    A chunk numbered above its segment's ``last_seq`` is left out while that segment is
+    the rank's newest and not ended: it was just renamed into place and its JSON is a
+    moment behind, or its writer was killed in between. Taking it then would make the
+    store hold rows the run's record does not claim (a resume would start before them);
+    a resume counts it (:func:`durable_segments`) and opens a later segment, after which
+    it is taken. Segment JSON of older spools (no ``last_seq``) accounts for all chunks.
+    """
     root = runs_dir(home)
     out: list[Path] = []
     if not root.is_dir():
@@ -210,10 +298,33 @@ def data_files(home: Path) -> list[Path]:
     for run in os.scandir(root):
         if not run.is_dir():
             continue
-        for entry in os.scandir(run.path):
-            if DATA_RE.match(entry.name):
-                out.append(Path(entry.path))
+        chunks = [(DATA_RE.match(e.name), e.path) for e in os.scandir(run.path)]
+        chunks = [(m, p) for m, p in chunks if m]
+        if not chunks:
+            continue
+        limits = _unclaimed_from(home, run.name)
+        for m, path in chunks:
+            limit = limits.get((int(m.group("rank")), int(m.group("segment"))))
+            if limit is None or int(m.group("seq")) <= limit:
+                out.append(Path(path))
     out.sort()
+    return out
+
+
+def _unclaimed_from(home: Path, run_id: str) -> dict[tuple[int, int], int]:
+    """{(rank, segment): last claimed seq} for segments whose later chunks are held back."""
+    try:
+        segs = list_segments(home, run_id)
+    except (ConfigError, OSError, TypeError):
+        return {}
+    newest: dict[int, int] = {}
+    for seg in segs:
+        newest[seg.rank] = max(newest.get(seg.rank, -1), seg.segment)
+    out: dict[tuple[int, int], int] = {}
+    for seg in segs:
+        legacy = seg.last_seq is None and seg.last_step is not None
+        if seg.segment == newest[seg.rank] and seg.ended_at is None and not legacy:
+            out[(seg.rank, seg.segment)] = -1 if seg.last_seq is None else seg.last_seq
     return out
 
 
@@ -310,6 +421,7 @@ def parse_segment(raw: Any, path: Path) -> SegmentInfo:
         "reason": isinstance(raw.get("reason"), str),
         "started_at": _is_time(raw.get("started_at")),
         "last_step": raw.get("last_step") is None or _is_int(raw.get("last_step")),
+        "last_seq": raw.get("last_seq") is None or _is_int(raw.get("last_seq"), 0, 2**63),
         "ended_at": raw.get("ended_at") is None or _is_time(raw.get("ended_at")),
         "heartbeat": _is_time(raw.get("heartbeat", 0.0)),
         "pid": _is_int(raw.get("pid", 0), 0, 2**31),
