@@ -36,6 +36,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.coco",
     "plugins.detectors",
     "plugins.vulkan_exec",
+    "plugins.system",
 )
 
 ENTRY_POINT_GROUP = "tracker"
