@@ -42,6 +42,7 @@ import tracker  # noqa: E402
 from tracker.analysis.builtin import builtin_detectors  # noqa: E402
 from tracker.analysis.corpus import evaluate, format_table, scores_json  # noqa: E402
 from tracker.analysis.online import OnlineAnalyzer  # noqa: E402
+from tracker.analysis.system_corpus import evaluate_system  # noqa: E402
 
 KEYS = ["loss/box", "loss/cls", "loss/dfl", "loss"]
 STEPS = 250_000
@@ -144,6 +145,12 @@ def main() -> None:
           f"{scores['rank_disagreement'].cases} rank cases; {corpus_s:.1f} s; targets: precision and recall >= 0.95, "
           "divergence delay <= 200 steps)")
     print(format_table(scores))
+    t0 = time.perf_counter()
+    sys_scores, healthy = evaluate_system(per_kind=8 if quick else 20, seed=0)
+    print(f"\nsystem detectors ({sys_scores['memory_growth'].cases} runs of 2,000 samples; "
+          f"{time.perf_counter() - t0:.1f} s; delays in steps, 10 steps per sample; events on healthy runs: "
+          f"{len(healthy)}, above info: {sum(e.severity != 'info' for e in healthy)})")
+    print(format_table(sys_scores))
     values = curves(STEPS)
     print("\nonline detectors on the flusher thread (4 loss keys + lr, all built-in detectors):")
     for per_batch, us in flusher_cost(values):
@@ -163,7 +170,7 @@ def main() -> None:
           f"(ratio {(cli_s - start_s) / TARGET_ANALYZE_S:.2f} without start-up)")
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
-    (out / "analysis_corpus.json").write_text(scores_json(scores))
+    (out / "analysis_corpus.json").write_text(scores_json({**scores, **sys_scores}))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,9 @@ precision and recall >= 0.95 per detector):
     by less than ``class_drop=0.05`` to be named.
 ``rank_disagreement``
     no parameters: any difference of fingerprints between ranks is a finding.
+``memory_growth``, ``fragmentation``, ``step_time_regression``, ``data_stall``
+    the system detectors over the ``sys/*`` keys: defaults and reasons in
+    :mod:`tracker.analysis.system`.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from tracker.analysis.detectors import DetectorSpec, NonFinite
 from tracker.analysis.params import Param
 from tracker.analysis.ranks import RankDisagreement
 from tracker.analysis.spikes import Spike
+from tracker.analysis.system import SYSTEM_DETECTORS
 from tracker.analysis.trends import Divergence, Plateau
 
 _SMOOTH = "weight of the debiased EMA (TensorBoard's smoothing), in [0, 1)"
@@ -134,7 +138,9 @@ RANK_DISAGREEMENT = DetectorSpec(
     description="ranks whose RNG fingerprints differ in an epoch (rng/fingerprint, rng/epoch)",
 )
 
-BUILTIN: tuple[DetectorSpec, ...] = (NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT)
+BUILTIN: tuple[DetectorSpec, ...] = (
+    NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT, *SYSTEM_DETECTORS
+)
 
 
 def builtin_detectors() -> dict[str, DetectorSpec]:
