@@ -27,7 +27,7 @@ and yields each step's :class:`~gpu.pool.MemoryStats`, the curves a run logs.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
 from gpu.pool import MemoryStats, PoolError, PoolStats
@@ -205,19 +205,27 @@ class TorchCachingPool:
 
 
 def replay_steps(steps: Iterable[list[tuple[int, int]]], pool: Any) -> Iterator[MemoryStats]:
-    """Replay a trace on ``pool`` one step at a time; yields the pool's figures after each step.
+    """Replay a trace on ``pool`` one step at a time; yields the pool's figures for each step.
 
     Each step is a list of events: ``(id, nbytes)`` allocates ``nbytes`` under ``id``,
-    ``(id, 0)`` frees it. Ids are per step: whatever a step leaves live is kept
-    (under a step-qualified id) and never freed, as a leak would be.
+    ``(id, 0)`` frees it; ids are per step. Whatever a step leaves live stays
+    live (a leak). The figures are taken at the end of the step, except ``live``:
+    the most bytes live at once during the step (at its end a training step
+    holds little, so a sample between steps would see none of it).
     """
-    kept: dict[tuple[int, int], Any] = {}
-    for index, events in enumerate(steps):
+    kept: list[Any] = []
+    for events in steps:
         live: dict[int, Any] = {}
+        sizes: dict[int, int] = {}
+        now = top = pool.memory_stats().live
         for tid, nbytes in events:
             if nbytes:
                 live[tid] = pool.alloc(nbytes)
+                sizes[tid] = nbytes
+                now += nbytes
+                top = max(top, now)
             else:
                 pool.free(live.pop(tid))
-        kept.update({(index, tid): token for tid, token in live.items()})
-        yield pool.memory_stats()
+                now -= sizes.pop(tid)
+        kept.extend(live.values())
+        yield replace(pool.memory_stats(), live=top)

@@ -238,6 +238,23 @@ class SystemSampler:
                 break
 
 
+def log_pool_replay(run: Any, steps: Any, pool: Any, first_step: int = 0) -> int:
+    """Replay a per-step allocation trace on ``pool`` and log its figures as ``sys/pool/*``.
+
+    ``steps`` and ``pool`` are those of :func:`gpu.pool_sim.replay_steps` (our
+    :class:`gpu.pool.Pool` or a simulated policy); one row per step, as the
+    sampler would log the Vulkan backend's pool. Returns the steps logged.
+    """
+    from gpu.pool_sim import replay_steps
+
+    count = 0
+    for count, stats in enumerate(replay_steps(steps, pool), start=1):
+        figures = stats.as_dict()
+        figures.pop("limit", None)
+        run.log({f"sys/pool/{name}": float(value) for name, value in figures.items()}, step=first_step + count - 1)
+    return count
+
+
 def sampler_for(run: Any) -> SystemSampler | None:
     """The sampler running for ``run``, if any."""
     return _SAMPLERS.get(run)

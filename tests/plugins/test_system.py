@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import tracker
-from plugins.system import CudaSource, SystemSampler, sampler_for
+from plugins.system import CudaSource, SystemSampler, log_pool_replay, sampler_for, vulkan_pool_source
 from tracker.errors import ConfigError
 from tracker.system import DEFAULT_INTERVAL_S, SystemOptions, system_options
 
@@ -144,3 +145,62 @@ def test_cuda_source_never_initialises_cuda() -> None:
     else:  # a CUDA machine where an earlier test used the device
         values = source()
         assert all(k.startswith("sys/gpu") for k in values)
+
+
+def _trace(count: int, seed: int) -> list[list[tuple[int, int]]]:
+    """Training steps whose tensors are sized by the data (0-60 boxes per image x 8400 anchors)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        events: list[tuple[int, int]] = [(i, 6 << 20) for i in range(8)]
+        kept, tid = list(range(8)), 8
+        for boxes in rng.integers(0, 61, size=16).tolist():
+            if boxes:
+                events += [(tid, boxes * 8400 * 4), (tid + 1, boxes * 8400 * 12), (tid, 0)]
+                kept.append(tid + 1)
+                tid += 2
+        out.append(events + [(t, 0) for t in reversed(kept)])
+    return out
+
+
+def test_simulated_trace_logged_as_runs_shows_the_pools_apart() -> None:
+    from gpu.pool import Pool
+    from gpu.pool_sim import NaivePool, TorchCachingPool
+
+    handles = iter(range(1, 1 << 40))
+    trace = _trace(300, seed=0)
+    runs = {}
+    for name, pool in (("ours", Pool(lambda n: next(handles), lambda h: None)),
+                       ("torch-like", TorchCachingPool()), ("exact-size", NaivePool())):
+        run = tracker.init("pool-trace", name=name, system=False)
+        assert log_pool_replay(run, trace, pool) == 300
+        run.finish()
+        runs[name] = run.run_id
+    final = tracker.query(
+        "SELECT run_id, max_by(value, step) AS reserved FROM curves WHERE key = 'sys/pool/reserved' GROUP BY run_id"
+    )
+    reserved = dict(zip(final["run_id"].to_list(), final["reserved"].to_list()))
+    live = tracker.query("SELECT max(value) AS v FROM curves WHERE key = 'sys/pool/live' AND run_id = ?",
+                         [runs["ours"]])["v"][0]
+    assert reserved[runs["ours"]] <= 1.3 * live < reserved[runs["exact-size"]] / 2
+    events = tracker.query("SELECT run_id, kind FROM events WHERE kind = 'fragmentation'")
+    assert set(events["run_id"].to_list()) == {runs["exact-size"]}
+
+
+@pytest.mark.gpu
+def test_vulkan_pool_figures_are_sampled_while_the_backend_is_live() -> None:
+    import plugins.vulkan_exec as vulkan
+
+    vulkan.close()
+    assert vulkan_pool_source() == {}  # never opens a device
+    dev = vulkan.device()
+    try:
+        allocation = dev.pools["device"].alloc(3 << 20)
+        values = vulkan_pool_source()
+        assert values["sys/pool/live"] == 3 << 20
+        assert values["sys/pool/reserved"] >= 3 << 20 and values["sys/pool/allocations"] >= 1
+        assert values["sys/pool/live_allocations"] == 1
+        dev.pools["device"].free(allocation)
+        assert vulkan_pool_source()["sys/pool/live"] == 0
+    finally:
+        vulkan.close()
