@@ -77,34 +77,33 @@ def process_source() -> Source:
     return sample
 
 
-def _nvml_handles(torch: Any, devices: list[int]) -> dict[int, Any]:
-    """NVML handles of CUDA devices ``devices`` (by UUID); empty without NVML."""
+def _nvml_handle(pynvml: Any, torch: Any, index: int) -> Any:
+    """The NVML handle of CUDA device ``index``, found by its UUID (CUDA and NVML number devices
+    differently under CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER); None when it cannot be matched."""
     try:
-        import pynvml
-    except ImportError:
-        return {}
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # NVMLError: no driver here
-        log.info("system sampler: NVML unavailable: %s", exc)
-        return {}
-    handles = {}
-    for i in devices:
-        try:
-            uuid = str(torch.cuda.get_device_properties(i).uuid)
-            handles[i] = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-        except Exception as exc:
-            log.info("system sampler: no NVML handle for CUDA device %d: %s", i, exc)
-    return handles
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+        return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+    except Exception as exc:
+        log.info("system sampler: no NVML handle for CUDA device %d: %s", index, exc)
+        return None
 
 
 class CudaSource:
-    """torch.cuda's allocator figures (and NVML's) for the CUDA devices this process uses."""
+    """torch.cuda's allocator figures (and NVML's) for the CUDA devices this process uses.
+
+    Reads ``torch.cuda.memory_stats(i)`` (the caching allocator's counters: no CUDA
+    call, no context on a device the process does not use; the allocator's lock is
+    held for microseconds) for each device with reserved memory, and
+    ``get_device_properties(i).total_memory`` once per device. NVML is started
+    once, on the sampler's thread, and shut down by :meth:`close`.
+    """
 
     def __init__(self) -> None:
         self.torch: Any = None
         self.totals: dict[int, float] = {}
-        self.nvml: dict[int, Any] | None = None
+        self.pynvml: Any = None
+        self.nvml_ok: bool | None = None
+        self.handles: dict[int, Any] = {}
 
     def _devices(self) -> list[int]:
         torch = self.torch
@@ -116,12 +115,28 @@ class CudaSource:
                     self.totals[i] = float(torch.cuda.get_device_properties(i).total_memory)
         return used
 
+    def _nvml(self, devices: list[int]) -> dict[int, Any]:
+        if self.nvml_ok is None:
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                self.pynvml, self.nvml_ok = pynvml, True
+            except Exception as exc:  # ImportError without the [nvml] extra, NVMLError without a driver
+                log.info("system sampler: no NVML figures: %s", exc)
+                self.nvml_ok = False
+        if self.nvml_ok:
+            for i in devices:
+                if i not in self.handles:
+                    self.handles[i] = _nvml_handle(self.pynvml, self.torch, i)
+        return {i: h for i, h in self.handles.items() if h is not None}
+
     def __call__(self) -> dict[str, float]:
         """One sample; empty until the program has imported torch and initialised CUDA."""
         if self.torch is None:
             torch = sys.modules.get("torch")
             cuda = getattr(torch, "cuda", None)
-            if cuda is None or not cuda.is_available() or not cuda.is_initialized():
+            if cuda is None or not cuda.is_initialized():
                 return {}
             self.torch = torch
         out: dict[str, float] = {}
@@ -132,25 +147,20 @@ class CudaSource:
             out[f"sys/gpu{i}/reserved"] = float(stats.get("reserved_bytes.all.current", 0))
             out[f"sys/gpu{i}/max_allocated"] = float(stats.get("allocated_bytes.all.peak", 0))
             out[f"sys/gpu{i}/total"] = self.totals[i]
-        if devices and (self.nvml is None or set(devices) - set(self.nvml)):
-            self.nvml = _nvml_handles(self.torch, devices)
-        for i, handle in (self.nvml or {}).items():
-            import pynvml
-
-            out[f"sys/gpu{i}/util"] = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-            out[f"sys/gpu{i}/mem_used"] = float(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+        if devices:
+            for i, handle in self._nvml(devices).items():
+                out[f"sys/gpu{i}/util"] = float(self.pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+                out[f"sys/gpu{i}/mem_used"] = float(self.pynvml.nvmlDeviceGetMemoryInfo(handle).used)
         return out
 
     def close(self) -> None:
         """Shut NVML down if this source started it."""
-        if self.nvml is not None:
+        if self.nvml_ok:
             try:
-                import pynvml
-
-                pynvml.nvmlShutdown()
-            except Exception:
-                pass
-            self.nvml = None
+                self.pynvml.nvmlShutdown()
+            except Exception as exc:
+                log.debug("system sampler: nvmlShutdown: %s", exc)
+        self.nvml_ok, self.handles = None, {}
 
 
 def vulkan_pool_source() -> dict[str, float]:
