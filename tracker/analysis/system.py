@@ -290,7 +290,7 @@ class Fragmentation:
         return events
 
     def _event(self, head: str, key: str, step: int, reserved: float, live: float, ratio: float) -> Event:
-        minutes = f"{self.patience} samples"
+        span = f"{self.patience} samples"
         hint = ("the pool caches blocks its requests no longer fit: variable-size tensors; call trim() "
                 "between phases" if head == "pool" else
                 "the caching allocator holds blocks that variable-size tensors cannot reuse: try "
@@ -298,7 +298,7 @@ class Fragmentation:
         return Event(
             step=step, kind="fragmentation", key=key, severity="warning",
             message=(f"{key} is {ratio:.2f}x the peak live memory ({_size(reserved)} reserved for "
-                     f"{_size(live)} live) for {minutes}; {hint}"),
+                     f"{_size(live)} live) for {span}; {hint}"),
             data=clean({"reserved": reserved, "peak_live": live, "ratio": ratio, "source": head}),
         )
 
