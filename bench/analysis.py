@@ -86,7 +86,7 @@ def log_cost(steps: int, analysis: bool) -> float:
     """Microseconds per run.log call (5 keys) on the training thread."""
     values = curves(steps, seed=3).tolist()
     config = {} if analysis else {"analysis": False}
-    run = tracker.init("bench", config=config, loggers=["store"])
+    run = tracker.init("bench", config=config, loggers=["store"], system=False)
     log = run.log
     t0 = time.perf_counter()
     for i, v in enumerate(values):
@@ -98,7 +98,7 @@ def log_cost(steps: int, analysis: bool) -> float:
 
 def big_run(values: np.ndarray) -> str:
     """Log the 1M-point run; returns its id."""
-    run = tracker.init("bench", run_id="analyze-1m", loggers=["store"], config={"analysis": False})
+    run = tracker.init("bench", run_id="analyze-1m", loggers=["store"], config={"analysis": False}, system=False)
     rows = values.tolist()
     log = run.log
     for i, v in enumerate(rows):
