@@ -174,8 +174,8 @@ def vulkan_pool_source() -> dict[str, float]:
 
     stats = memory_stats(pools["device"]).as_dict()
     stats.pop("peak_reserved", None)
-    if not stats.pop("limit", 0):
-        stats.pop("limit", None)
+    if not stats["limit"]:  # no cap on the pool: nothing to draw
+        del stats["limit"]
     return {f"sys/pool/{name}": float(value) for name, value in stats.items()}
 
 
@@ -260,7 +260,8 @@ def log_pool_replay(run: Any, steps: Any, pool: Any, first_step: int = 0) -> int
     count = 0
     for count, stats in enumerate(replay_steps(steps, pool), start=1):
         figures = stats.as_dict()
-        figures.pop("limit", None)
+        if not figures["limit"]:
+            del figures["limit"]
         run.log({f"sys/pool/{name}": float(value) for name, value in figures.items()}, step=first_step + count - 1)
     return count
 

@@ -200,7 +200,20 @@ def test_vulkan_pool_figures_are_sampled_while_the_backend_is_live() -> None:
         assert values["sys/pool/live"] == 3 << 20
         assert values["sys/pool/reserved"] >= 3 << 20 and values["sys/pool/allocations"] >= 1
         assert values["sys/pool/live_allocations"] == 1
+        assert "sys/pool/limit" not in values and "sys/pool/peak_reserved" not in values  # no cap on this pool
         dev.pools["device"].free(allocation)
         assert vulkan_pool_source()["sys/pool/live"] == 0
     finally:
         vulkan.close()
+
+
+def test_a_capped_pool_logs_its_limit() -> None:
+    from gpu.pool import Pool
+
+    handles = iter(range(1, 1 << 40))
+    run = tracker.init("pool-trace", system=False)
+    pool = Pool(lambda n: next(handles), lambda h: None, block_size=8 << 20, limit=512 << 20)
+    log_pool_replay(run, _trace(3, seed=1), pool)
+    run.finish()
+    limits = tracker.query("SELECT value FROM curves WHERE run_id = ? AND key = 'sys/pool/limit'", [run.run_id])
+    assert limits["value"].to_list() == [float(512 << 20)] * 3
