@@ -135,3 +135,27 @@ def test_online_and_offline_agree_on_a_real_run() -> None:
     assert system == {"data_stall", "step_time_regression"}
     # the loss detectors never see sys/* keys (the default key patterns are *loss*)
     assert {r.key for r in offline.keys} == {"loss"}
+
+
+def test_a_resumed_run_continues_the_system_detectors_where_they_were() -> None:
+    """Resume half-way: the flusher warms its system streams on the stored rows, so online == offline."""
+    case = next(c for c in system_cases(1, seed=4) if c.kind == "regression")
+    rows: dict[int, dict[str, float]] = {}
+    for key, (steps, values) in case.series.items():
+        if key != "sys/data_time":
+            for s, v in zip(steps.tolist(), values.tolist()):
+                rows.setdefault(s, {})[key] = v
+    order = sorted(rows)
+    onset = next(lb.onset for lb in case.labels)
+    cut = next(i for i, s in enumerate(order) if s > onset)  # stop right after the change
+    run = tracker.init("p", run_id="resumed", system=False, config=case.config)
+    for step in order[:cut]:
+        run.log(rows[step], step=step)
+    run.finish("killed")
+    run = tracker.init("p", run_id="resumed", resume="must", system=False)
+    for step in order[cut:]:
+        run.log(rows[step], step=step)
+    run.finish()
+    stored = tracker.query("SELECT step, kind FROM events WHERE run_id = 'resumed' ORDER BY step").rows()
+    offline = sorted((r.event.step, r.event.kind) for r in tracker.analyze("resumed").events)
+    assert stored == offline and ("step_time_regression" in {k for _, k in stored})
