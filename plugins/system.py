@@ -5,7 +5,9 @@ Rules:
 * Started by ``tracker_run_start`` for every run unless ``tracker.init(system=False)``
   or ``TRACKER_SYSTEM=0`` (settings: :mod:`tracker.system`); stopped by
   ``tracker_run_end``. It runs on its own daemon thread: the training thread
-  pays nothing (no hook in ``run.log``, no lock it could wait on).
+  pays nothing (no hook in ``run.log``, no lock it could wait on). A sample
+  taken while ``finish()`` runs may be dropped: ``finish()`` flushes before
+  ``tracker_run_end`` stops the sampler.
 * Every ``interval`` seconds (default 2) it takes one sample and logs it with
   ``run.log(values, step=run.step)``: ordinary metric rows at the run's current
   step, with their wall time, so every page, query and detector works on them.
