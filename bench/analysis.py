@@ -1,11 +1,11 @@
-"""Benchmark: the loss analysis, online (flusher thread) and offline (``tracker analyze``).
+"""Benchmark: the loss analysis, online (the run's analysis thread) and offline (``tracker analyze``).
 
 Prints:
 
 * the labelled corpus table: precision, recall, labels, false positives and
   negatives per detector, and the divergence detection delay (target: precision and
   recall >= 0.95 each, divergence flagged within 200 steps of its onset);
-* detector cost per logged point on the flusher thread (``OnlineAnalyzer.observe``
+* detector cost per logged point on the analysis thread (``OnlineAnalyzer.observe``
   on Arrow batches as the flusher builds them), for several batch sizes;
 * the training-thread cost of ``run.log`` with the online analysis on and off
   (target: no measurable change; the analysis never runs on that thread);
@@ -42,6 +42,7 @@ import tracker  # noqa: E402
 from tracker.analysis.builtin import builtin_detectors  # noqa: E402
 from tracker.analysis.corpus import evaluate, format_table, scores_json  # noqa: E402
 from tracker.analysis.online import OnlineAnalyzer  # noqa: E402
+from tracker.analysis.system_corpus import evaluate_system  # noqa: E402
 
 KEYS = ["loss/box", "loss/cls", "loss/dfl", "loss"]
 STEPS = 250_000
@@ -85,7 +86,7 @@ def log_cost(steps: int, analysis: bool) -> float:
     """Microseconds per run.log call (5 keys) on the training thread."""
     values = curves(steps, seed=3).tolist()
     config = {} if analysis else {"analysis": False}
-    run = tracker.init("bench", config=config, loggers=["store"])
+    run = tracker.init("bench", config=config, loggers=["store"], system=False)
     log = run.log
     t0 = time.perf_counter()
     for i, v in enumerate(values):
@@ -97,7 +98,7 @@ def log_cost(steps: int, analysis: bool) -> float:
 
 def big_run(values: np.ndarray) -> str:
     """Log the 1M-point run; returns its id."""
-    run = tracker.init("bench", run_id="analyze-1m", loggers=["store"], config={"analysis": False})
+    run = tracker.init("bench", run_id="analyze-1m", loggers=["store"], config={"analysis": False}, system=False)
     rows = values.tolist()
     log = run.log
     for i, v in enumerate(rows):
@@ -144,8 +145,14 @@ def main() -> None:
           f"{scores['rank_disagreement'].cases} rank cases; {corpus_s:.1f} s; targets: precision and recall >= 0.95, "
           "divergence delay <= 200 steps)")
     print(format_table(scores))
+    t0 = time.perf_counter()
+    sys_scores, healthy = evaluate_system(per_kind=8 if quick else 20, seed=0)
+    print(f"\nsystem detectors ({sys_scores['memory_growth'].cases} runs of 2,000 samples; "
+          f"{time.perf_counter() - t0:.1f} s; delays in steps, 10 steps per sample; events on healthy runs: "
+          f"{len(healthy)}, above info: {sum(e.severity != 'info' for e in healthy)})")
+    print(format_table(sys_scores))
     values = curves(STEPS)
-    print("\nonline detectors on the flusher thread (4 loss keys + lr, all built-in detectors):")
+    print("\nonline detectors on the analysis thread (4 loss keys + lr, all built-in detectors):")
     for per_batch, us in flusher_cost(values):
         flush_ms = us * per_batch * len(KEYS) / 1000
         print(f"  {per_batch:>6} steps per flush: {us:6.3f} us per analysed point, {flush_ms:7.2f} ms per flush")
@@ -153,7 +160,7 @@ def main() -> None:
     on = statistics.median(p[0] for p in pairs)
     off = statistics.median(p[1] for p in pairs)
     print(f"\ntraining thread, run.log (5 keys), median of 5 alternating runs of 100,000 steps: {on:.2f} us with "
-          f"online analysis, {off:.2f} us without (ratio {on / off:.2f}; the analysis runs on the flusher thread)")
+          f"online analysis, {off:.2f} us without (ratio {on / off:.2f}; the analysis runs on its own thread)")
     run_id = big_run(values)
     first, median, cli_s, start_s = time_analyze(run_id)
     print(f"\ntracker analyze on a {STEPS * len(KEYS):,}-point run ({len(KEYS)} keys x {STEPS:,} steps):")
@@ -163,7 +170,7 @@ def main() -> None:
           f"(ratio {(cli_s - start_s) / TARGET_ANALYZE_S:.2f} without start-up)")
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
-    (out / "analysis_corpus.json").write_text(scores_json(scores))
+    (out / "analysis_corpus.json").write_text(scores_json({**scores, **sys_scores}))
 
 
 if __name__ == "__main__":

@@ -130,7 +130,8 @@ def lag_table(rates: list[int], seconds: float) -> None:
 def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="tracker-bench-"))
     os.environ["TRACKER_HOME"] = str(home)
-    run = tracker.init("bench", run_id="logging", loggers=["store"], config={"analysis": False})
+    run = tracker.init("bench", run_id="logging", loggers=["store"], config={"analysis": False},
+                        system=False)
     per_class = np.random.default_rng(0).random(CLASSES)
     values = np.random.default_rng(1).random((1000, len(KEYS))).tolist()
     log, log_classes = run.log, run.log_classes

@@ -71,8 +71,8 @@ from typing import Any, Callable
 
 from gpu.errors import ClosedError, GpuError
 
-__all__ = ["Allocation", "BlockInfo", "GpuError", "OutOfMemory", "Pool", "PoolError",
-           "PoolStats", "size_class"]
+__all__ = ["Allocation", "BlockInfo", "GpuError", "MemoryStats", "OutOfMemory", "Pool", "PoolError",
+           "PoolStats", "memory_stats", "size_class"]
 
 CLASS_BITS = 2
 SLAB_BYTES = 256 << 10
@@ -145,6 +145,41 @@ class PoolStats:
     def as_dict(self) -> dict[str, int | float]:
         """The figures as a flat dict, e.g. for logging under ``gpu/pool/*``."""
         return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStats:
+    """The figures a memory monitor samples: byte counts and call counts, all plain ints.
+
+    ``reserved`` bytes held from the device, ``live`` bytes asked for by live
+    allocations, ``peak_live`` / ``peak_reserved`` their highs, ``allocations`` /
+    ``frees`` the device allocations made and given back, ``live_allocations``
+    the allocations handed out and not yet freed, ``limit`` the cap on reserved
+    bytes (0: none).
+    """
+
+    reserved: int
+    live: int
+    peak_live: int
+    peak_reserved: int
+    allocations: int
+    frees: int
+    live_allocations: int
+    limit: int
+
+    def as_dict(self) -> dict[str, int]:
+        """The figures as a flat dict."""
+        return asdict(self)
+
+
+def memory_stats(pool: Any) -> MemoryStats:
+    """The :class:`MemoryStats` of ``pool`` (a :class:`Pool` or a :mod:`gpu.pool_sim` policy).
+
+    Reads counters only (no walk over the pool's lists), so another thread may
+    call it while the owner allocates: each figure is one consistent read, the
+    set of figures may straddle one allocation.
+    """
+    return pool.memory_stats()
 
 
 @dataclass(eq=False, slots=True)
@@ -335,6 +370,19 @@ class Pool:
             device_frees=self._device_frees,
             blocks=len(self._blocks),
             live_allocations=len(self._live),
+        )
+
+    def memory_stats(self) -> MemoryStats:
+        """Counters only, safe to read from another thread (see :func:`memory_stats`)."""
+        return MemoryStats(
+            reserved=self._bytes_reserved,
+            live=self._bytes_live,
+            peak_live=self._peak_live,
+            peak_reserved=self._peak_reserved,
+            allocations=self._device_allocations,
+            frees=self._device_frees,
+            live_allocations=len(self._live),
+            limit=self.limit or 0,
         )
 
     def reset_peaks(self) -> None:

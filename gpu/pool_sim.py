@@ -19,16 +19,20 @@ surface as :class:`~gpu.pool.Pool`, so one trace can be replayed on all three.
 
 ``bytes_live`` counts the sizes asked for, as in :class:`~gpu.pool.Pool`, so
 peak reserved / peak live compares the pools on the same footing.
+
+:func:`replay_steps` replays a training trace step by step on any of the pools
+and yields each step's :class:`~gpu.pool.MemoryStats`, the curves a run logs.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Iterator
 
-from gpu.pool import PoolError, PoolStats
+from gpu.pool import MemoryStats, PoolError, PoolStats
 
-__all__ = ["NaivePool", "TorchCachingPool", "torch_round_size", "torch_segment_size"]
+__all__ = ["NaivePool", "TorchCachingPool", "replay_steps", "torch_round_size", "torch_segment_size"]
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20
@@ -82,6 +86,11 @@ class _Counters:
                          self.peak_reserved, fragmentation, self.device_allocations,
                          0, blocks, self.live)
 
+    def memory_stats(self) -> MemoryStats:
+        """The counters as :class:`~gpu.pool.MemoryStats` (nothing is ever given back)."""
+        return MemoryStats(self.bytes_reserved, self.bytes_live,
+                           self.peak_live, self.peak_reserved, self.device_allocations, 0, self.live, 0)
+
 
 class NaivePool:
     """Exact-size free lists: a freed buffer only serves a request of its size."""
@@ -110,6 +119,10 @@ class NaivePool:
         """Figures in the shape of :class:`~gpu.pool.PoolStats`."""
         sizes = [size for size, count in self._cached.items() for _ in range(count)]
         return self._counters.stats(sizes, self._counters.device_allocations)
+
+    def memory_stats(self) -> MemoryStats:
+        """Counters in the shape of :class:`~gpu.pool.MemoryStats`."""
+        return self._counters.memory_stats()
 
 
 @dataclass(eq=False)
@@ -175,6 +188,10 @@ class TorchCachingPool:
         sizes = [size for size, _, _ in self._small + self._large]
         return self._counters.stats(sizes, len(self._segments))
 
+    def memory_stats(self) -> MemoryStats:
+        """Counters in the shape of :class:`~gpu.pool.MemoryStats` (segments are never freed)."""
+        return self._counters.memory_stats()
+
     def _add(self, segment: _Segment, start: int, size: int) -> None:
         segment.starts[start] = size
         segment.ends[start + size] = start
@@ -185,3 +202,30 @@ class TorchCachingPool:
         del segment.ends[start + size]
         free = self._small if segment.small else self._large
         del free[bisect_left(free, (size, segment.id, start))]
+
+
+def replay_steps(steps: Iterable[list[tuple[int, int]]], pool: Any) -> Iterator[MemoryStats]:
+    """Replay a trace on ``pool`` one step at a time; yields the pool's figures for each step.
+
+    Each step is a list of events: ``(id, nbytes)`` allocates ``nbytes`` under ``id``,
+    ``(id, 0)`` frees it; ids are per step. Whatever a step leaves live stays
+    live (a leak). The figures are taken at the end of the step, except ``live``:
+    the most bytes live at once during the step (at its end a training step
+    holds little, so a sample between steps would see none of it).
+    """
+    kept: list[Any] = []
+    for events in steps:
+        live: dict[int, Any] = {}
+        sizes: dict[int, int] = {}
+        now = top = pool.memory_stats().live
+        for tid, nbytes in events:
+            if nbytes:
+                live[tid] = pool.alloc(nbytes)
+                sizes[tid] = nbytes
+                now += nbytes
+                top = max(top, now)
+            else:
+                pool.free(live.pop(tid))
+                now -= sizes.pop(tid)
+        kept.extend(live.values())
+        yield replace(pool.memory_stats(), live=top)

@@ -24,6 +24,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.delenv("TRACKER_RUN_ID", raising=False)
+    # the system sampler adds sys/* rows on its own clock: tests that want it turn it on
+    monkeypatch.setenv("TRACKER_SYSTEM", "0")
+    monkeypatch.delenv("TRACKER_SYSTEM_INTERVAL", raising=False)
     return h
 
 

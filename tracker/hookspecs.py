@@ -84,7 +84,9 @@ def tracker_register_detectors(register: Register) -> None:
     Fires once per plugin manager. Call ``register(detector)``; a detector has a
     ``name`` and turns logged values into events (NaN/inf, divergence, spikes,
     plateaus, ...). Detectors run on the run's analysis thread and offline in
-    ``tracker analyze``. Returns nothing.
+    ``tracker analyze``. A :class:`tracker.analysis.DetectorSpec`'s scope says
+    what its streams see: one scalar key, one per-class key, every rank, or
+    (``system``) every ``sys/*`` key of the run at once. Returns nothing.
     """
 
 

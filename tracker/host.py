@@ -37,6 +37,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.detectors",
     "plugins.vulkan_exec",
     "plugins.importers",
+    "plugins.system",
 )
 
 ENTRY_POINT_GROUP = "tracker"

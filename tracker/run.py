@@ -73,6 +73,7 @@ from tracker.flusher import (  # noqa: F401  (the limits are part of this module
 from tracker.loggers import DEFAULT_LOGGERS, LOGGER_TIMEOUT_S, Lane
 from tracker.runmeta import RunMeta
 from tracker.spool import check_run_id, durable_segments, read_run_meta, run_dir, visible_last_step
+from tracker.system import system_options
 
 log = logging.getLogger(__name__)
 
@@ -482,12 +483,15 @@ def init(
     home: str | os.PathLike[str] | None = None,
     loggers: Iterable[str] | None = None,
     seed: int | None = None,
+    system: bool | float | None = None,
 ) -> Run:
     """Start (or resume) a run and return it.
 
     ``resume``: ``"never"`` (default; an existing ``run_id`` is an error), ``"allow"``
     (resume when it exists), ``"must"`` (fail when it does not). ``resume_step`` defaults
     to the last visible step + 1. ``loggers`` defaults to ``$TRACKER_LOGGERS`` or ``store``.
+    ``system``: the system sampler, on by default (False: off; seconds: its interval;
+    see :mod:`tracker.system`).
     """
     if not isinstance(project, str) or not project:
         raise ConfigError(f"project must be a non-empty str, got {project!r}")
@@ -496,6 +500,7 @@ def init(
         json.dumps(cfg, default=str)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"config is not JSON-serialisable: {exc}") from None
+    system_opts = system_options(system)
     rank, world = rank_world()
     root = home_dir(home)
     run_id = check_run_id(run_id) if run_id is not None else _shared_run_id(world)
@@ -511,6 +516,7 @@ def init(
         rank=rank, world_size=world, segment=segment, start_step=start, reason=reason,
         loggers=_resolve_loggers(loggers),
     )
+    run.system = system_opts
     run.meta = {
         "host": socket.gethostname(),
         "git_commit": _git_commit(),

@@ -17,7 +17,10 @@ from tracker.analysis.params import Param
 from tracker.events import Event
 from tracker.host import Host, get_host, make_plugin_manager, set_host
 
-BUILTIN = {"non_finite", "divergence", "spike", "plateau", "stagnant_classes", "rank_disagreement"}
+BUILTIN = {
+    "non_finite", "divergence", "spike", "plateau", "stagnant_classes", "rank_disagreement",
+    "memory_growth", "fragmentation", "step_time_regression", "data_stall",
+}
 
 
 class AboveCeiling:

@@ -10,7 +10,10 @@ loss key with its trend statistic, the events and the stagnant classes. Modules:
 :mod:`~tracker.analysis.ranks` (the streams), :mod:`~tracker.analysis.builtin`
 (the registered specs and their defaults), :mod:`~tracker.analysis.online`
 (the flusher's analyzer), :mod:`~tracker.analysis.offline` (reading a run from the
-store) and :mod:`~tracker.analysis.corpus` (the labelled curves).
+store) and :mod:`~tracker.analysis.corpus` (the labelled curves);
+:mod:`~tracker.analysis.system` holds the detectors of the ``sys/*`` keys (memory
+growth, fragmentation, step-time regression, data-loader stall) and
+:mod:`~tracker.analysis.system_corpus` their labelled runs.
 """
 
 from __future__ import annotations

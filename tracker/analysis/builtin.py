@@ -46,6 +46,9 @@ precision and recall >= 0.95 per detector):
     by less than ``class_drop=0.05`` to be named.
 ``rank_disagreement``
     no parameters: any difference of fingerprints between ranks is a finding.
+``memory_growth``, ``fragmentation``, ``step_time_regression``, ``data_stall``
+    the system detectors over the ``sys/*`` keys: defaults and reasons in
+    :mod:`tracker.analysis.system`.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from tracker.analysis.detectors import DetectorSpec, NonFinite
 from tracker.analysis.params import Param
 from tracker.analysis.ranks import RankDisagreement
 from tracker.analysis.spikes import Spike
+from tracker.analysis.system import DataStall, Fragmentation, MemoryGrowth, StepTimeRegression
 from tracker.analysis.trends import Divergence, Plateau
 
 _SMOOTH = "weight of the debiased EMA (TensorBoard's smoothing), in [0, 1)"
@@ -134,7 +138,60 @@ RANK_DISAGREEMENT = DetectorSpec(
     description="ranks whose RNG fingerprints differ in an epoch (rng/fingerprint, rng/epoch)",
 )
 
-BUILTIN: tuple[DetectorSpec, ...] = (NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT)
+_W = "samples of the key (one per sampling interval)"
+
+MEMORY_GROWTH = DetectorSpec(
+    name="memory_growth", scope="system", factory=MemoryGrowth,
+    description="reserved/RSS memory rising after the warm-up; the step at which it reaches the limit",
+    params=(
+        Param("warmup", 150, f"{_W} ignored at the start", 0, None, True),
+        Param("window", 300, f"{_W} judged at each evaluation", 10, None, True),
+        Param("every", 50, f"{_W} between evaluations", 1, None, True),
+        Param("segments", 5, "the window is cut into this many parts whose medians must all rise", 3, 20, True),
+        Param("min_growth", 0.02, "growth over the window, as a fraction of the level", 0.0, None),
+        Param("confirm", 2, "evaluations in a row that must find the growth", 1, None, True),
+    ),
+)
+
+FRAGMENTATION = DetectorSpec(
+    name="fragmentation", scope="system", factory=Fragmentation,
+    description="reserved memory well above the peak of live memory for a long stretch",
+    params=(
+        Param("threshold", 1.5, "reserved / peak live at or above this", 1.0, None),
+        Param("window", 30, f"{_W} over which live memory's peak is taken", 1, None, True),
+        Param("patience", 150, f"{_W} in a row above the threshold", 1, None, True),
+        Param("warmup", 30, f"{_W} ignored at the start", 0, None, True),
+        Param("min_bytes", float(64 << 20), "least reserved bytes worth a finding", 0.0, None),
+        Param("recover", 0.8, "an episode ends below recover x threshold", 0.0, 1.0),
+    ),
+)
+
+STEP_TIME_REGRESSION = DetectorSpec(
+    name="step_time_regression", scope="system", factory=StepTimeRegression,
+    description="a lasting rise of sys/step_time (a change point)",
+    params=(
+        Param("window", 31, f"{_W} per side of the comparison (odd)", 3, None, True),
+        Param("factor", 1.25, "the new median is at least factor x the old one", 1.0001, None),
+        Param("warmup", 30, f"{_W} ignored at the start", 0, None, True),
+    ),
+)
+
+DATA_STALL = DetectorSpec(
+    name="data_stall", scope="system", factory=DataStall,
+    description="sys/data_time a large share of the step time: the data loader starves training",
+    params=(
+        Param("share", 0.4, "median share of the step time spent waiting for data", 0.0, 1.0),
+        Param("window", 51, "points of sys/data_time in the median (odd)", 1, None, True),
+        Param("warmup", 30, "points of sys/data_time ignored at the start", 0, None, True),
+        Param("recover", 0.5, "an episode ends below recover x share", 0.0, 1.0),
+    ),
+)
+
+SYSTEM_DETECTORS: tuple[DetectorSpec, ...] = (MEMORY_GROWTH, FRAGMENTATION, STEP_TIME_REGRESSION, DATA_STALL)
+
+BUILTIN: tuple[DetectorSpec, ...] = (
+    NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT, *SYSTEM_DETECTORS
+)
 
 
 def builtin_detectors() -> dict[str, DetectorSpec]:

@@ -338,7 +338,7 @@ def evaluate(
 def format_table(scores: Mapping[str, Score]) -> str:
     """The corpus table: detector, precision, recall, n, fp, fn, mean/max delay."""
     lines = [
-        f"{'detector':<18} {'precision':>9} {'recall':>7} {'n':>5} {'fp':>4} {'fn':>4} "
+        f"{'detector':<20} {'precision':>9} {'recall':>7} {'n':>5} {'fp':>4} {'fn':>4} "
         f"{'mean delay':>10} {'max delay':>9}"
     ]
     for score in scores.values():
@@ -346,7 +346,7 @@ def format_table(scores: Mapping[str, Score]) -> str:
         mean = f"{d['mean_delay']:.0f}" if d["mean_delay"] is not None else "-"
         top = f"{d['max_delay']}" if d["max_delay"] is not None else "-"
         lines.append(
-            f"{score.detector:<18} {score.precision:>9.3f} {score.recall:>7.3f} {d['n']:>5} {score.fp:>4} "
+            f"{score.detector:<20} {score.precision:>9.3f} {score.recall:>7.3f} {d['n']:>5} {score.fp:>4} "
             f"{score.fn:>4} {mean:>10} {top:>9}"
         )
     return "\n".join(lines)

@@ -40,7 +40,7 @@ from tracker.analysis.params import Param, uses_float16
 from tracker.errors import PluginError
 from tracker.events import Event
 
-SCOPES = ("scalar", "classes", "ranks")
+SCOPES = ("scalar", "classes", "ranks", "system")
 TINY = 1e-12
 
 

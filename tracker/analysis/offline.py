@@ -10,6 +10,8 @@ Rules:
 * Settings: the run's ``config["analysis"]``, then the call's overrides
   (``analyze(run, divergence={"factor": 2}, keys=["loss/*"])``). ``key=`` analyses
   that one key (any name, even one the key patterns would skip).
+* System detectors (scope ``system``) get every ``sys/*`` key of a rank in one
+  chunk (only when the whole run is analysed, or ``key`` is a ``sys/*`` key).
 * Rank disagreement runs here, over every rank's ``rng/fingerprint`` and
   ``rng/epoch`` rows. Its events belong to rank 0.
 * A run id may be given by a unique prefix.
@@ -24,7 +26,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
-from tracker.analysis.online import OnlineAnalyzer, event_order, pivot_classes
+from tracker.analysis.online import SYSTEM_PREFIX, OnlineAnalyzer, event_order, pivot_classes
 from tracker.analysis.params import analysis_section, merge_overrides, resolve
 from tracker.analysis.ranks import EPOCH_KEY, FINGERPRINT_KEY
 from tracker.analysis.report import (
@@ -159,6 +161,8 @@ def analyze(
             records.extend(EventRecord(rank, e) for e in a.feed(k, steps, values))
             reports.append(_key_report(a, k, rank, steps, values, trend_params))
     stagnant = _class_analysis(store, run_id, class_keys, analyzer_for, records)
+    if key is None or key.startswith(SYSTEM_PREFIX):
+        _system_analysis(store, run_id, probe, analyzer_for, records)
     if key is None and any(spec.scope == "ranks" for spec, _ in probe.detectors.values()):
         records.extend(_rank_events(store, run_id, probe))
     records.sort(key=lambda r: (*event_order(r.event), r.rank))
@@ -166,6 +170,26 @@ def analyze(
     return Analysis(
         run_id, run.get("project"), run.get("name"), run.get("status"), reports, records, stagnant, settings
     )
+
+
+def _system_analysis(
+    store: Any, run_id: str, probe: OnlineAnalyzer, analyzer_for: Any, records: list[EventRecord]
+) -> None:
+    """Feed each rank's ``sys/*`` keys to its analyzer's system detectors, in one chunk."""
+    if not any(spec.scope == "system" for spec, _ in probe.detectors.values()):
+        return
+    keys = store.query(
+        "SELECT DISTINCT key FROM curves WHERE run_id = ? AND starts_with(key, ?) ORDER BY key", [run_id, SYSTEM_PREFIX]
+    )["key"].to_list()
+    if not keys:
+        return
+    df = _fetch(store, "curves", run_id, keys)
+    steps, values = df["step"].to_numpy(), df["value"].to_numpy().astype(np.float64)
+    by_rank: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    for rank, k, rows in _groups(df, keys):
+        by_rank.setdefault(rank, {})[k] = (steps[rows], values[rows])
+    for rank, series in sorted(by_rank.items()):
+        records.extend(EventRecord(rank, e) for e in analyzer_for(rank).feed_system(series))
 
 
 def _class_names(store: Any, run_id: str) -> dict[int, str]:

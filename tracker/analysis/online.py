@@ -1,4 +1,4 @@
-"""The online analyzer: detectors run on the run's background flusher thread.
+"""The online analyzer: detectors run on the run's background analysis thread.
 
 Rules:
 
@@ -17,6 +17,9 @@ Rules:
 * The same class does the offline analysis (``strict=True``: a detector that
   raises is an error). Online, a detector that raises is logged and dropped for
   that key, never taking the flusher down.
+* System detectors (scope ``system``, :mod:`tracker.analysis.system`) get one
+  stream per analyzer, fed every ``sys/*`` key of a batch at once
+  (:meth:`OnlineAnalyzer.feed_system`), whatever the ``keys`` patterns say.
 * Cross-rank detectors (scope ``ranks``) do not run here: one rank's flusher sees
   only its own rank.
 * Given the run (``make_online_analyzer(..., run=run)``), the analyzer names
@@ -46,6 +49,7 @@ from tracker.events import Event
 log = logging.getLogger(__name__)
 
 RESERVED = ("enabled", "keys", "trend")
+SYSTEM_PREFIX = "sys/"
 
 
 def event_order(event: Event) -> tuple[int, str, str]:
@@ -113,6 +117,7 @@ class OnlineAnalyzer:
         self.strict = strict
         self.streams: dict[str, dict[str, Any]] = {}
         self.class_streams: dict[str, dict[str, Any]] = {}
+        self.system_streams: dict[str, Any] | None = None
         self._selected: dict[str, bool] = {}
         self._run_ref: Any = None
         self._names_seen: Any = None
@@ -150,8 +155,12 @@ class OnlineAnalyzer:
         except Exception as exc:
             log.warning("online analysis of run %s starts without its history: %s", run_id, exc)
             return
+        system: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for (key,), part in metrics.group_by(["key"], maintain_order=True):
             self.feed(str(key), part["step"].to_numpy(), part["value"].to_numpy())
+            if str(key).startswith(SYSTEM_PREFIX):
+                system[str(key)] = (part["step"].to_numpy(), part["value"].to_numpy())
+        self.feed_system(system)
         for (key,), part in classes.group_by(["key"], maintain_order=True):
             index = part["class_index"].to_numpy().astype(np.int64)
             steps, matrix = pivot_classes(part["step"].to_numpy(), index, part["value"].to_numpy())
@@ -160,7 +169,7 @@ class OnlineAnalyzer:
     @property
     def useful(self) -> bool:
         """Whether any scalar or per-class detector is enabled."""
-        return any(spec.scope in ("scalar", "classes") for spec, _ in self.detectors.values())
+        return any(spec.scope in ("scalar", "classes", "system") for spec, _ in self.detectors.values())
 
     def selected(self, key: str) -> bool:
         """Whether ``key`` is analysed."""
@@ -214,6 +223,21 @@ class OnlineAnalyzer:
             streams = self.class_streams[key] = self._build(key, "classes")
         return self._feed_streams(streams, key, ClassChunk(np.asarray(steps, dtype=np.int64), matrix))
 
+    def feed_system(self, series: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> list[Event]:
+        """Feed the next points of the ``sys/*`` keys (key -> (steps, values), each in step order)."""
+        if not series:
+            return []
+        if self.system_streams is None:
+            self.system_streams = self._build(SYSTEM_PREFIX, "system")
+        if not self.system_streams:
+            return []
+        from tracker.analysis.system import SystemChunk
+
+        chunk = SystemChunk({
+            key: Chunk(np.asarray(s, dtype=np.int64), np.asarray(v, dtype=np.float64)) for key, (s, v) in series.items()
+        })
+        return self._feed_streams(self.system_streams, SYSTEM_PREFIX, chunk)
+
     def observe(self, metrics: pa.Table | None, classes: pa.Table | None = None) -> list[Event]:
         """Run the detectors over one flushed batch; returns the new events."""
         if self._run_ref is not None:
@@ -222,13 +246,19 @@ class OnlineAnalyzer:
         if metrics is not None and metrics.num_rows:
             steps = _column(metrics, "step", np.int64)
             values = _column(metrics, "value", np.float64)
+            system: dict[str, tuple[np.ndarray, np.ndarray]] = {}
             for key, rows in _key_groups(metrics):
-                if self.selected(key):
+                is_system = key.startswith(SYSTEM_PREFIX)
+                if self.selected(key) or is_system:
                     s, v = steps[rows], values[rows]
                     if s.size > 1 and np.any(s[1:] < s[:-1]):
                         order = np.argsort(s, kind="stable")
                         s, v = s[order], v[order]
-                    events.extend(self.feed(key, s, v))
+                    if is_system:
+                        system[key] = (s, v)
+                    if self.selected(key):
+                        events.extend(self.feed(key, s, v))
+            events.extend(self.feed_system(system))
         if classes is not None and classes.num_rows:
             steps = _column(classes, "step", np.int64)
             index = _column(classes, "class_index", np.int64)
