@@ -14,7 +14,6 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from tracker.cli import friendly
 
@@ -37,18 +36,16 @@ class _Bar:
 
 
 def _summary(plans: list[Any], dry_run: bool, seconds: float) -> None:
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=160)
+    from tracker.commands._output import print_rows
+
     verb = "would import" if dry_run else "imported"
-    table = Table(title=f"{verb} {len(plans)} run(s) in {seconds:.1f} s")
-    for col in ("run_id", "name", "project", "action", "segments", "keys", "points", "new points"):
-        table.add_column(col, justify="right" if col in ("segments", "keys", "points", "new points") else "left",
-                         overflow="fold")  # run ids whole, never cut with an ellipsis
-    for p in plans:
-        table.add_row(p.run.run_id, p.run.name, p.run.project, p.action, str(len(p.segments)),
-                      str(p.keys), str(p.points), str(p.new_points))
-    console.print(table)
+    print_rows(
+        ("run_id", "name", "project", "action", "segments", "keys", "points", "new points"),
+        [(p.run.run_id, p.run.name, p.run.project, p.action, str(len(p.segments)), str(p.keys), str(p.points),
+          str(p.new_points)) for p in plans],
+        title=f"{verb} {len(plans)} run(s) in {seconds:.1f} s", keys=("run_id", "name"),
+        drop_order=("segments", "keys", "project"),
+    )
 
 
 def _make_command(importer: Any) -> click.Command:
