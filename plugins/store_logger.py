@@ -29,6 +29,9 @@ class StoreSession:
         self.run = run
         self.folder = run_dir(run.home, run.run_id)
         self.folder.mkdir(parents=True, exist_ok=True)
+        from tracker.store.lakerun import acquire
+
+        self.committer = acquire(run.home)  # commits into the lake off the training thread; None: local
 
     def write(self, batch: Batch) -> None:
         prefix = f"r{self.run.rank}-s{self.run.segment:04d}-{batch.seq:06d}"
@@ -39,6 +42,11 @@ class StoreSession:
                 atomic_write_table(self.folder / f"{prefix}.{table_name}.parquet", table)
 
     def close(self, status: str) -> None:
+        if self.committer is not None:
+            from tracker.store.lakerun import release
+
+            release(self.committer)  # a last commit, bounded; unreachable: the rows stay spooled
+            return
         if os.environ.get("TRACKER_INGEST_ON_FINISH", "1") == "0":
             return
         from tracker.store import Store
