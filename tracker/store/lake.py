@@ -168,7 +168,15 @@ class LakeStore(Store):
             opts.append(f"SNAPSHOT_VERSION {int(snapshot)}")
         target = self.setting.attach_target(timeout or CONNECT_TIMEOUT_S)
         try:
-            con.execute(f"ATTACH {_sql_str(target)} AS {ALIAS} ({', '.join(opts)})")
+            for attempt in range(6):
+                try:
+                    con.execute(f"ATTACH {_sql_str(target)} AS {ALIAS} ({', '.join(opts)})")
+                    break
+                except duckdb.Error as exc:  # two hosts creating a new catalog at once: one wins
+                    low = str(exc).lower()
+                    if attempt == 5 or not ("duplicate key" in low or "already exists" in low):
+                        raise
+                    time.sleep(0.1 * (attempt + 1) * (0.5 + random.random()))
             con.execute(f"USE {ALIAS}")
             if self.setting.key() not in _MIGRATED and snapshot is None:
                 self._migrate(con, read_only)

@@ -12,6 +12,7 @@ writes, including errors passed on from DuckDB or libpq.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 
@@ -32,8 +33,11 @@ MASK = "***"
 _override: tuple[str | None, str | None] | None = None
 
 
-def _parse_conninfo(text: str, shown: str) -> dict[str, str]:
-    """libpq ``key=value`` pairs (values may be single-quoted with backslash escapes)."""
+def _parse_conninfo(text: str, shown: str, strict: bool = True) -> dict[str, str]:
+    """libpq ``key=value`` pairs (values may be single-quoted with backslash escapes).
+
+    ``strict=False`` returns what it could read (to find the password to mask) instead of raising.
+    """
     out: dict[str, str] = {}
     i, n = 0, len(text)
     while i < n:
@@ -43,6 +47,8 @@ def _parse_conninfo(text: str, shown: str) -> dict[str, str]:
             break
         j = text.find("=", i)
         if j < 0:
+            if not strict:
+                break
             raise ConfigError(
                 f"TRACKER_STORE={shown!r}: {text[i:].split()[0]!r} is not key=value; "
                 "write a libpq connection string such as "
@@ -60,20 +66,31 @@ def _parse_conninfo(text: str, shown: str) -> dict[str, str]:
                     i += 1
                 value.append(text[i])
                 i += 1
-            if i >= n:
+            if i >= n and strict:
                 raise ConfigError(f"TRACKER_STORE={shown!r}: unterminated quote in the value of {key!r}")
             i += 1
         else:
             while i < n and not text[i].isspace():
                 value.append(text[i])
                 i += 1
-        if key not in LIBPQ_KEYS:
+        if key not in LIBPQ_KEYS and strict:
             raise ConfigError(
                 f"TRACKER_STORE={shown!r}: unknown connection keyword {key!r}; "
                 "use libpq's keywords (dbname, host, port, user, password, sslmode, ...)"
             )
         out[key] = "".join(value)
     return out
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _quote(value: str) -> str:
+    """A libpq value, quoted when it needs to be."""
+    if value and not any(c.isspace() or c in "'\\" for c in value):
+        return value
+    return "'" + _escape(value) + "'"
 
 
 @dataclass(frozen=True)
@@ -89,13 +106,17 @@ class LakeSetting:
         return self.params.get("password") or None
 
     def masked(self) -> str:
-        """The setting as the user wrote it, with the password replaced by ``***``."""
-        return self.scrub(PREFIX + self.conninfo)
+        """The setting, rebuilt from its keywords, with the password replaced by ``***``."""
+        return PREFIX + " ".join(f"{k}={MASK if k == 'password' else _quote(v)}" for k, v in self.params.items())
 
     def scrub(self, text: str) -> str:
-        """``text`` with every occurrence of the password replaced by ``***``."""
+        """``text`` with every spelling of the password (quoted, escaped, raw) replaced by ``***``."""
         pw = self.password
-        return text.replace(pw, MASK) if pw else text
+        if not pw:
+            return text
+        for form in ("'" + _escape(pw) + "'", _escape(pw), pw):
+            text = text.replace(form, MASK)
+        return text
 
     def attach_target(self, connect_timeout: float | None = None) -> str:
         """The ``ducklake:postgres:...`` string to ATTACH (with a connect timeout added)."""
@@ -117,18 +138,21 @@ def parse(store: str, data_path: str | None) -> LakeSetting:
     rest = store[len(PREFIX):]
     shown = store
     if store.startswith(PREFIX):
-        try:
-            params = _parse_conninfo(rest, PREFIX + "<unparsed>")
-        except ConfigError:
-            params = {}
+        params = _parse_conninfo(rest, "", strict=False)
         if params.get("password"):
-            shown = store.replace(params["password"], MASK)
+            pw = params["password"]
+            for form in ("'" + _escape(pw) + "'", _escape(pw), pw):
+                shown = shown.replace(form, MASK)
         params = _parse_conninfo(rest, shown)
     else:
+        from urllib.parse import urlsplit
+
         masked = store
-        for word in store.split():
-            if word.startswith("password="):
-                masked = masked.replace(word, "password=" + MASK)
+        secret = _parse_conninfo(store.split(":", 2)[-1], "", strict=False).get("password")
+        with contextlib.suppress(ValueError):
+            secret = secret or urlsplit(store).password
+        if secret:
+            masked = masked.replace(secret, MASK)
         raise ConfigError(
             f"TRACKER_STORE={masked!r} is not a store setting; unset it for the local DuckDB file, or write "
             "'ducklake:postgres:dbname=... host=... port=... user=... password=...' (DuckLake's spelling)"
