@@ -32,6 +32,7 @@ log = logging.getLogger("tracker.store.lake")
 
 _COMMITTERS: dict[Path, "Committer"] = {}
 _LOCK = threading.Lock()
+MAX_BACKOFF_S = 8.0
 
 
 def _epoch(ts: Any) -> float | None:
@@ -110,7 +111,7 @@ class Committer:
             ok = self.commit_once()
             if stopping:
                 return
-            wait = self.interval if ok else min(max(wait, self.interval) * 2, 30.0) * (0.5 + random.random())
+            wait = self.interval if ok else min(max(wait, self.interval) * 2, MAX_BACKOFF_S) * (0.5 + random.random())
 
     def commit_once(self) -> bool:
         """One commit; returns False while the catalog is unreachable or the commit failed."""
@@ -133,7 +134,7 @@ class Committer:
                 log.warning("tracker: committing %s into the lake failed: %s; retrying", self.home, exc)
             return False
         if self.down_since is not None:
-            log.warning("tracker: the lake's catalog is back after %.0f s; spooled rows committed",
+            log.warning("tracker: the lake's catalog is reachable again after %.0f s; spooled rows committed",
                         time.time() - self.down_since)
             self.down_since = None
         self.failed_with = None
