@@ -59,7 +59,7 @@ _UNAVAILABLE = ("connection refused", "could not connect", "timeout expired", "s
                 "the database system is starting up", "the database system is shutting down",
                 "terminating connection", "connection to server", "ssl syscall", "broken pipe",
                 "no connection to the server", "connection reset")
-_CONFLICT = ("conflict", "retry", "snapshot")
+_CONFLICT = ("conflict", "duplicate key value violates unique constraint")
 
 
 def extension_file(package: str, name: str, version: str) -> Path:
@@ -110,6 +110,12 @@ def classify(setting: LakeSetting, exc: BaseException) -> StoreError:
             f"the lake's catalog refused the connection of TRACKER_STORE={setting.masked()!r}: {detail}; "
             "check user, password and dbname"
         )
+    if "permission denied" in low:
+        start = low.find("permission denied")
+        return StoreError(
+            f"the role of TRACKER_STORE={setting.masked()!r} may not write to the lake "
+            f"({msg[start:start + 120]}); use a role with write grants for this command"
+        )
     if any(s in low for s in _UNAVAILABLE):
         return StoreUnavailableError(
             f"the lake's catalog ({setting.masked()}) cannot be reached: {detail}; "
@@ -119,7 +125,9 @@ def classify(setting: LakeSetting, exc: BaseException) -> StoreError:
 
 
 def _is_conflict(exc: BaseException) -> bool:
-    return isinstance(exc, duckdb.TransactionException) or any(s in str(exc).lower() for s in _CONFLICT)
+    """Two committers raced (DuckLake's own conflict check, or the snapshot id taken twice)."""
+    low = str(exc).lower()
+    return "permission denied" not in low and any(s in low for s in _CONFLICT)
 
 
 def lake_ddl() -> list[str]:
