@@ -350,12 +350,15 @@ class LakeStore(Store):
             if snapshot is None:  # the committer must not remove spool files this reader lists
                 stack.enter_context(self._spool_lock(shared=True))
             con = stack.enter_context(contextlib.closing(self.attach(read_only=True, snapshot=snapshot)))
-            if snapshot is None:
-                files = spool.data_files(self.home)
-                self._shadow(con, safe, files, spool.meta_fingerprint(self.home))
-            if safe:
-                con.execute("SET enable_external_access = false")
-                con.execute("SET lock_configuration = true")
+            try:
+                if snapshot is None:
+                    files = spool.data_files(self.home)
+                    self._shadow(con, safe, files, spool.meta_fingerprint(self.home))
+                if safe:
+                    con.execute("SET enable_external_access = false")
+                    con.execute("SET lock_configuration = true")
+            except duckdb.Error as exc:
+                raise classify(self.setting, exc) from None
             yield con
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
@@ -366,6 +369,9 @@ class LakeStore(Store):
             try:
                 return con.execute(sql, params).pl() if params is not None else con.execute(sql).pl()
             except duckdb.Error as exc:
+                found = classify(self.setting, exc)
+                if isinstance(found, StoreUnavailableError):
+                    raise found from None
                 raise StoreError(f"query failed: {self.setting.scrub(str(exc)).splitlines()[0]}\n"
                                  f"  in: {sql.strip()[:200]}") from None
 

@@ -99,10 +99,13 @@ class Committer:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 120.0) -> None:
         """Stop the thread after one last commit attempt (bounded by ``timeout``)."""
         self._stop.set()
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("tracker: the last commit of %s into the lake is still running after %.0f s; "
+                        "uncommitted rows stay in the spool for the next commit", self.home, timeout)
 
     def _loop(self) -> None:
         wait = self.interval
