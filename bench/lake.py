@@ -106,6 +106,8 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--keys", type=int, default=10)
     ap.add_argument("--steps", type=int, default=5000)
+    ap.add_argument("--committer", choices=("thread", "follow"), default="follow",
+                    help="commit from each run's committer thread, or from one `tracker lake follow` per host")
     ap.add_argument("--store", default=None, help="an existing lake (default: a throw-away PostgreSQL)")
     ap.add_argument("--data-path", default=None)
     args = ap.parse_args()
@@ -147,8 +149,17 @@ def main() -> None:
 
         watcher = threading.Thread(target=poll, daemon=True)
         watcher.start()
-        lake = _writers(args.hosts, lake_env, [tmp / f"host{i}" for i in range(args.hosts)], "host")
+        homes = [tmp / f"host{i}" for i in range(args.hosts)]
+        followers = []
+        if args.committer == "follow":
+            lake_env["TRACKER_LAKE_COMMITTER"] = "follow"
+            followers = [subprocess.Popen([sys.executable, "-m", "tracker.cli", "lake", "follow", "--home", str(h)],
+                                          env=lake_env, stderr=subprocess.DEVNULL) for h in homes]
+        lake = _writers(args.hosts, lake_env, homes, "host")
         watcher.join(120)
+        for f in followers:
+            f.terminate()
+            f.wait(120)
         stop.touch()
         reads, worst_read = reader.communicate(timeout=60)[0].split()
 
@@ -168,8 +179,10 @@ def main() -> None:
               f"(ratio {ns_lake / ns_local:.2f}, target <= 1.5)")
         delay = (visible_at[0] - last_log) if visible_at else float("nan")
         print(f"last log -> all rows visible in the lake: {delay:.2f} s (target <= 5)")
-        print(f"commits: {sum(r.get('commits', 0) for r in lake)}, conflicts retried: "
-              f"{sum(r.get('conflicts', 0) for r in lake)}")
+        snaps = probe.snapshots()["changes"].to_list()
+        commits = sum("ingested_files" in c or "inlined_insert" in c or "tables_inserted_into" in c for c in snaps)
+        print(f"committer: {args.committer}; commits: {commits} snapshots with rows, conflicts retried by the "
+              f"writers' committers: {sum(r.get('conflicts', 0) for r in lake)}")
         print(f"rows lost: {points - counts[1]}, rows duplicated: {counts[0] - counts[1]}")
         print(f"reader: {reads} queries, slowest {float(worst_read) * 1000:.0f} ms")
         print(f"one key's curve ({args.steps:,} points): lake {ms_lake:.1f} ms, local {ms_local:.1f} ms "

@@ -66,6 +66,33 @@ def push(source: str, home: str | None) -> None:
     click.echo(f"pushed {copied} runs into {store.setting.masked()}; {skipped} already there")
 
 
+@lake.command("follow")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between commits.")
+@home_option
+@friendly
+def follow(interval: float, home: str | None) -> None:
+    """Commit this host's spool into the lake every INTERVAL seconds, until interrupted.
+
+    Run one per host with TRACKER_LAKE_COMMITTER=follow in the training processes'
+    environment; they then leave every commit to this process.
+    """
+    import logging
+    import signal
+    import threading
+
+    from tracker.store.lakerun import follow as follow_spool
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    store = _lake(home)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    click.echo(f"committing {store.home} into {store.setting.masked()} every {interval:g} s", err=True)
+    try:
+        follow_spool(store.home, interval, stop)
+    except KeyboardInterrupt:
+        pass
+
+
 @lake.command("status")
 @home_option
 @format_option

@@ -260,8 +260,12 @@ class LakeStore(Store):
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
-    def ingest(self, timeout: float | None = None) -> IngestReport:
-        """Commit this host's pending spool chunks into the lake in one transaction (idempotent)."""
+    def ingest(self, timeout: float | None = None, con: duckdb.DuckDBPyConnection | None = None) -> IngestReport:
+        """Commit this host's pending spool chunks into the lake in one transaction (idempotent).
+
+        ``con``: a connection from :meth:`attach` kept by a committer between commits
+        (attaching costs a second on a busy machine); None: attach and close here.
+        """
         report = IngestReport()
         with self._spool_lock():
             for tmp in spool.stale_temp_files(self.home):
@@ -271,16 +275,17 @@ class LakeStore(Store):
             fingerprint = spool.meta_fingerprint(self.home)
             if not files and self._meta_committed(fingerprint):
                 return report
-            con = self.attach(read_only=False, timeout=timeout)
+            own = con is None
+            con = self.attach(read_only=False, timeout=timeout) if con is None else con
             try:
                 done = self._already_ingested(con, files)
                 todo = self._set_aside_corrupt([f for f in files if _file_key(f) not in done], report)
-                try:
-                    report.rows = self._retrying(lambda c: self._commit(c, todo), con)
-                except duckdb.Error as exc:
-                    raise classify(self.setting, exc) from None
+                report.rows = self._retrying(lambda c: self._commit(c, todo), con)
+            except duckdb.Error as exc:
+                raise classify(self.setting, exc) from None
             finally:
-                con.close()
+                if own:
+                    con.close()
             self._meta_committed(fingerprint, record=True)
             report.files = len(todo)
             for p in files:

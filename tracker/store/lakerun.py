@@ -93,6 +93,7 @@ class Committer:
         self.users = 0
         self.down_since: float | None = None
         self.failed_with: str | None = None
+        self._con: Any = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"tracker-lake-commit-{home.name}", daemon=True)
 
@@ -116,15 +117,33 @@ class Committer:
                 return
             wait = self.interval if ok else min(max(wait, self.interval) * 2, MAX_BACKOFF_S) * (0.5 + random.random())
 
-    def commit_once(self) -> bool:
-        """One commit; returns False while the catalog is unreachable or the commit failed."""
-        from tracker.store.lake import STATS, LakeStore
+    def _commit(self) -> None:
+        from tracker.store.lake import LakeStore
 
         setting = current()
         if setting is None:
-            return True
+            return
+        store = LakeStore(self.home, setting)
         try:
-            LakeStore(self.home, setting).ingest()
+            if self._con is None:  # kept between commits; dropped on any failure
+                self._con = store.attach(read_only=False)
+            store.ingest(con=self._con)
+        except StoreError:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+            raise
+        finally:
+            if self._stop.is_set() and self._con is not None:
+                self._con.close()
+                self._con = None
+
+    def commit_once(self) -> bool:
+        """One commit; returns False while the catalog is unreachable or the commit failed."""
+        from tracker.store.lake import STATS
+
+        try:
+            self._commit()
         except StoreUnavailableError as exc:
             STATS["unavailable"] += 1
             if self.down_since is None:
@@ -144,10 +163,23 @@ class Committer:
         return True
 
 
-def acquire(home: Path) -> Committer | None:
-    """Start (or share) the committer of ``home``'s spool when a lake is selected."""
+class _Follower:
+    """Stands for the ``tracker lake follow`` process that commits this spool instead."""
+
+    users = 0
+
+
+def acquire(home: Path) -> Committer | _Follower | None:
+    """Start (or share) the committer of ``home``'s spool when a lake is selected.
+
+    ``TRACKER_LAKE_COMMITTER=follow`` leaves commits to a ``tracker lake follow``
+    process on this host: the training process then never connects to the catalog
+    after ``init``.
+    """
     if current() is None:
         return None
+    if os.environ.get("TRACKER_LAKE_COMMITTER", "thread") == "follow":
+        return _Follower()
     with _LOCK:
         committer = _COMMITTERS.get(home)
         if committer is None:
@@ -157,9 +189,9 @@ def acquire(home: Path) -> Committer | None:
         return committer
 
 
-def release(committer: Committer | None) -> None:
+def release(committer: Committer | _Follower | None) -> None:
     """Drop one user of ``committer``; the last one stops it after a final commit."""
-    if committer is None:
+    if not isinstance(committer, Committer):
         return
     with _LOCK:
         committer.users -= 1
@@ -167,3 +199,15 @@ def release(committer: Committer | None) -> None:
             return
         _COMMITTERS.pop(committer.home, None)
     committer.stop()
+
+
+def follow(home: Path, interval: float = 1.0, stop: threading.Event | None = None) -> None:
+    """Commit ``home``'s spool into the lake every ``interval`` seconds until ``stop`` is set."""
+    committer = Committer(home, interval)
+    stop = stop or threading.Event()
+    wait = interval
+    while not stop.wait(wait):
+        ok = committer.commit_once()
+        wait = interval if ok else min(max(wait, interval) * 2, MAX_BACKOFF_S) * (0.5 + random.random())
+    committer._stop.set()
+    committer.commit_once()

@@ -181,3 +181,30 @@ def test_password_never_reaches_the_run_config_or_the_logs(lake, home: Path, cap
     texts = [caplog.text, (home / "runs" / "secret" / "run.json").read_text(),
              json.dumps(tracker.query("SELECT * FROM runs").to_dicts(), default=str), repr(Store())]
     assert all(lake.server.password not in t for t in texts)
+
+
+def test_a_follower_process_per_host_commits_for_its_training_processes(lake, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import signal
+    import subprocess
+    import sys
+
+    host = tmp_path / "host"
+    env = lake.env(host, TRACKER_LAKE_COMMITTER="follow")
+    follower = subprocess.Popen([sys.executable, "-m", "tracker.cli", "lake", "follow", "--interval", "0.5"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        code = LOG + "\nfrom tracker.store.lakerun import _COMMITTERS\nassert not _COMMITTERS\n"
+        proc = subprocess.run([sys.executable, "-c", code, "followed"], env={**env, "STEPS": "60"},
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        deadline = time.monotonic() + 30
+        while _lake_count("SELECT count(*) FROM lake.main.metrics") < 120:
+            assert time.monotonic() < deadline, "the follower did not commit the run's rows"
+            time.sleep(0.2)
+    finally:
+        follower.send_signal(signal.SIGTERM)
+        _, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0, err
+    assert lake.server.password not in err and "password=***" in err
+    assert not spool.data_files(host)
+    assert tracker.query("SELECT status FROM runs WHERE run_id = 'followed'")["status"].to_list() == ["finished"]
