@@ -154,12 +154,15 @@ def main() -> None:
         if args.committer == "follow":
             lake_env["TRACKER_LAKE_COMMITTER"] = "follow"
             followers = [subprocess.Popen([sys.executable, "-m", "tracker.cli", "lake", "follow", "--home", str(h)],
-                                          env=lake_env, stderr=subprocess.DEVNULL) for h in homes]
+                                          env=lake_env, stderr=subprocess.PIPE, text=True) for h in homes]
         lake = _writers(args.hosts, lake_env, homes, "host")
         watcher.join(120)
+        conflicts = sum(int(r.get("conflicts", 0)) for r in lake)
         for f in followers:
             f.terminate()
-            f.wait(120)
+            last = (f.communicate(timeout=120)[1].strip().splitlines() or [""])[-1]
+            if last.startswith("stopped:"):  # "stopped: N commits, M conflicts retried"
+                conflicts += int(last.split(",")[1].split()[0])
         stop.touch()
         reads, worst_read = reader.communicate(timeout=60)[0].split()
 
@@ -181,8 +184,7 @@ def main() -> None:
         print(f"last log -> all rows visible in the lake: {delay:.2f} s (target <= 5)")
         snaps = probe.snapshots()["changes"].to_list()
         commits = sum("ingested_files" in c or "inlined_insert" in c or "tables_inserted_into" in c for c in snaps)
-        print(f"committer: {args.committer}; commits: {commits} snapshots with rows, conflicts retried by the "
-              f"writers' committers: {sum(r.get('conflicts', 0) for r in lake)}")
+        print(f"committer: {args.committer}; commits: {commits} snapshots with rows, conflicts retried: {conflicts}")
         print(f"rows lost: {points - counts[1]}, rows duplicated: {counts[0] - counts[1]}")
         print(f"reader: {reads} queries, slowest {float(worst_read) * 1000:.0f} ms")
         print(f"one key's curve ({args.steps:,} points): lake {ms_lake:.1f} ms, local {ms_local:.1f} ms "

@@ -91,6 +91,9 @@ def follow(interval: float, home: str | None) -> None:
         follow_spool(store.home, interval, stop)
     except KeyboardInterrupt:
         pass
+    from tracker.store.lake import STATS
+
+    click.echo(f"stopped: {STATS['commits']} commits, {STATS['conflicts']} conflicts retried", err=True)
 
 
 @lake.command("status")

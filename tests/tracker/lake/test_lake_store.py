@@ -166,6 +166,13 @@ def test_lake_commands_and_push_are_idempotent(lake, tmp_path: Path, monkeypatch
     assert lake.server.password not in status.stdout
     listed = lake.cli("runs", "list", home=h)
     assert "old1" in listed.stdout and "old2" in listed.stdout
+    exported = lake.cli("export", "old2", "-o", str(tmp_path / "old2.csv"), home=h)
+    assert exported.returncode == 0, exported.stderr
+    assert len((tmp_path / "old2.csv").read_text().splitlines()) == 51
+    analyzed = lake.cli("analyze", "old2", "--save", home=h)
+    assert analyzed.returncode == 0, analyzed.stderr
+    checked = lake.cli("check-plugins", home=h)
+    assert checked.returncode == 0, checked.stderr
     removed = lake.cli("runs", "rm", "old1", "--yes", home=h)
     assert removed.returncode == 0, removed.stderr
     assert tracker.query("SELECT DISTINCT run_id FROM metrics")["run_id"].to_list() == ["old2"]
