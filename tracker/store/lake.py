@@ -110,6 +110,10 @@ def classify(setting: LakeSetting, exc: BaseException) -> StoreError:
             f"the lake's catalog refused the connection of TRACKER_STORE={setting.masked()!r}: {detail}; "
             "check user, password and dbname"
         )
+    if "creating a new ducklake is explicitly disabled" in low:
+        return StoreError(
+            f"the lake {setting.masked()} has no catalog yet; run `tracker lake init` (or log a run) first"
+        )
     if "permission denied" in low:
         start = low.find("permission denied")
         return StoreError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -95,3 +96,66 @@ def test_every_page_draws_from_the_lake(ro_lake: str, page: str) -> None:
     if page == "runs":
         assert at.dataframe and at.dataframe[0].value.shape[0] == 3
     st.cache_data.clear()
+
+
+LIVE = """
+import os, sys, time, tracker
+from pathlib import Path
+go = Path(sys.argv[1])
+run = tracker.init("yolo", name="live", run_id="run-live", config={"analysis": False, "tracker_flush_interval": 0.2})
+for s in range(100):
+    run.log({"loss/total": 1.0 / (s + 1)}, step=s)
+while not (go / "more").exists(): time.sleep(0.05)
+for s in range(100, 150):
+    run.log({"loss/total": 1.0 / (s + 1)}, step=s)
+while not (go / "finish").exists(): time.sleep(0.05)
+run.finish()
+"""
+
+
+def test_live_run_on_another_host_refreshes(lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+    import time
+
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("TRACKER_HOME", str(tmp_path / "ui-host"))
+    from tracker.store import query
+
+    with pytest.raises(StoreError, match="has no catalog yet; run `tracker lake init`"):
+        query("SELECT 1")  # no training host has created the catalog yet
+    writer = subprocess.Popen([sys.executable, "-c", LIVE, str(tmp_path)], env=lake.env(tmp_path / "train-host"),
+                              stderr=subprocess.PIPE, text=True)
+
+    def last_step(at: AppTest) -> int | None:
+        st.cache_data.clear()  # what the 2 s time-to-live does between two refreshes
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at.dataframe[0].value["last step"].tolist()[0] if at.dataframe else None
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(StoreError):
+                if query("SELECT count(*) AS n FROM runs WHERE run_id = 'run-live'")["n"][0]:
+                    break
+            assert time.monotonic() < deadline, "the live run never reached the lake"
+            time.sleep(0.3)
+        at = AppTest.from_file(str(APP), default_timeout=90)
+        at.query_params["run"] = "run-live"
+        at.query_params["key"] = "loss/total"
+        at.switch_page("views/curves.py")
+        for target, signal in ((99, "more"), (149, "finish")):
+            deadline = time.monotonic() + 30
+            while last_step(at) != target:
+                assert time.monotonic() < deadline, (f"step {target} never shown", [e.value for e in at.markdown][:5], [c.value for c in at.caption], [e.value for e in at.error], [e.value for e in at.warning], [e.value for e in at.info])
+                time.sleep(0.5)
+            assert any("live, refreshing" in c.value for c in at.caption)
+            (tmp_path / signal).touch()
+    finally:
+        (tmp_path / "more").touch()
+        (tmp_path / "finish").touch()
+        writer.communicate(timeout=120)
+    assert writer.returncode == 0
