@@ -31,6 +31,7 @@ from tracker.store.settings import current
 log = logging.getLogger("tracker.store.lake")
 
 _COMMITTERS: dict[Path, "Committer"] = {}
+_HANDOFF: dict[Path, Any] = {}  # connections attached by init, for the committer to start with
 _LOCK = threading.Lock()
 MAX_BACKOFF_S = 8.0
 
@@ -63,7 +64,7 @@ def prepare_run(home: Path, run_id: str, rank: int, resume: str) -> None:
             "SELECT segment, start_step, end_step, started_at, ended_at, reason FROM segments "
             "WHERE run_id = ? AND rank = ? ORDER BY segment", [run_id, rank]).fetchall()
     finally:
-        con.close()
+        _hand_over(home, con)
     if not runs and not segs:
         return
     folder = spool.run_dir(home, run_id)
@@ -82,6 +83,22 @@ def prepare_run(home: Path, run_id: str, rank: int, resume: str) -> None:
                           started_at=_epoch(started) or when, last_step=end, ended_at=_epoch(ended),
                           heartbeat=when, pid=0).save(home)
     log.info("tracker: run %s rank %d: %d segment(s) found in the lake", run_id, rank, len(segs))
+
+
+def _hand_over(home: Path, con: Any) -> None:
+    """Keep ``init``'s attached connection for this spool's committer thread, else close it.
+
+    Loading the extensions and attaching hold the interpreter lock for a good part of a
+    second; done once in ``init``, the committer thread never does it while training runs.
+    """
+    with _LOCK:
+        old = _HANDOFF.pop(home, None)
+        if os.environ.get("TRACKER_LAKE_COMMITTER", "thread") == "thread" and home not in _COMMITTERS:
+            _HANDOFF[home] = con
+            con = None
+    for c in (old, con):
+        if c is not None:
+            c.close()
 
 
 class Committer:
@@ -126,7 +143,9 @@ class Committer:
         store = LakeStore(self.home, setting)
         try:
             if self._con is None:  # kept between commits; dropped on any failure
-                self._con = store.attach(read_only=False)
+                with _LOCK:
+                    self._con = _HANDOFF.pop(self.home, None) or store.attach(read_only=False)
+                self._con.execute("SET threads = 1")  # leave the other cores to training
             store.ingest(con=self._con)
         except StoreError:
             if self._con is not None:
