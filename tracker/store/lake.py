@@ -393,7 +393,26 @@ class LakeStore(Store):
 
     def push_run(self, source: Path, run_id: str) -> bool:
         """Copy run ``run_id`` from the local DuckDB file ``source``; False when already in the lake."""
-        return _push_run(self, source, run_id)
+        con = self.attach(read_only=False)
+        try:
+            con.execute(f"ATTACH {_sql_str(str(source))} AS src (READ_ONLY)")
+
+            def work(c: duckdb.DuckDBPyConnection) -> bool:
+                if c.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
+                    return False
+                for table in ("runs", "segments", "classes", "metrics", "class_metrics", "events", "ingested_files"):
+                    cols = ", ".join(r[0] for r in c.execute(
+                        "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'src' "
+                        "AND table_name = ? ORDER BY ordinal_position", [table]).fetchall())
+                    c.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM src.main.{table} WHERE run_id = ?",
+                              [run_id])
+                return True
+
+            return bool(self._retrying(work, con))
+        except duckdb.Error as exc:
+            raise classify(self.setting, exc) from None
+        finally:
+            con.close()
 
     # -- writes ------------------------------------------------------------------------
     def _write(self, work: Any) -> Any:
@@ -478,28 +497,3 @@ def host_meta(home: Path) -> tuple[pa.Table, pa.Table, pa.Table]:
         "class_index": pa.array([c[1] for c in classes], pa.int32()),
         "name": pa.array([c[2] for c in classes], pa.string()),
     })
-
-
-def _push_run(store: LakeStore, source: Path, run_id: str) -> bool:
-    """Copy run ``run_id`` from the DuckDB file ``source`` into the lake, unless it is there."""
-    con = store.attach(read_only=False)
-    try:
-        con.execute(f"ATTACH {_sql_str(str(source))} AS src (READ_ONLY)")
-
-        def work(c: duckdb.DuckDBPyConnection) -> bool:
-            if c.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
-                return False
-            for table in ("runs", "segments", "classes", "metrics", "class_metrics", "events", "ingested_files"):
-                cols = ", ".join(r[0] for r in c.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'src' "
-                    "AND table_name = ? ORDER BY ordinal_position", [table]).fetchall())
-                c.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM src.main.{table} WHERE run_id = ?",
-                          [run_id])
-            return True
-
-        return bool(store._retrying(work, con))
-    except duckdb.Error as exc:
-        raise classify(store.setting, exc) from None
-    finally:
-        con.close()
-
