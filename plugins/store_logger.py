@@ -36,6 +36,9 @@ class StoreSession:
         self.folder = run_dir(run.home, run.run_id)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._written: tuple[int, set[str]] = (-1, set())  # (seq, tables in place) of a retried batch
+        from tracker.store.lakerun import acquire
+
+        self.committer = acquire(run.home)  # commits into the lake off the training thread; None: local
 
     def write(self, batch: Batch) -> None:
         prefix = f"r{self.run.rank}-s{self.run.segment:04d}-{batch.seq:06d}"
@@ -50,6 +53,11 @@ class StoreSession:
                 done.add(table_name)
 
     def close(self, status: str) -> None:
+        if self.committer is not None:
+            from tracker.store.lakerun import release
+
+            release(self.committer)  # a last commit, bounded; unreachable: the rows stay spooled
+            return
         if os.environ.get("TRACKER_INGEST_ON_FINISH", "1") == "0":
             return
         from tracker.store import Store

@@ -42,6 +42,7 @@ CORE_COMMANDS: dict[str, str] = {
     "export": "runs",
     "import": "importing",
     "ingest": "runs",
+    "lake": "lake",
     "plugins": "plugins",
     "runs": "runs",
     "sql": "sql",
@@ -84,8 +85,18 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tracker")
-def cli() -> None:
+@click.option("--store", "store", default=None, metavar="SETTING",
+              help="The store: 'ducklake:postgres:<libpq string>' for a lake (default: $TRACKER_STORE, "
+                   "else the local DuckDB file).")
+@click.option("--data-path", default=None, metavar="DIR",
+              help="The lake's data directory (default: $TRACKER_DATA_PATH).")
+@friendly
+def cli(store: str | None, data_path: str | None) -> None:
     """Experiment tracker and loss analysis for detectors trained on imbalanced data."""
+    if store is not None or data_path is not None:
+        from tracker.store.settings import use
+
+        use(store, data_path)
 
 
 def core_command_modules() -> list[str]:

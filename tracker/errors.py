@@ -33,3 +33,7 @@ class ConfigError(TrackerError):
 
 class DataError(TrackerError):
     """Malformed input data (a COCO file, a counts file, a corrupt segment)."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store's catalog server cannot be reached now (rows stay in the spool)."""

@@ -484,6 +484,8 @@ def init(
     loggers: Iterable[str] | None = None,
     seed: int | None = None,
     system: bool | float | None = None,
+    store: str | None = None,
+    data_path: str | None = None,
 ) -> Run:
     """Start (or resume) a run and return it.
 
@@ -492,6 +494,8 @@ def init(
     to the last visible step + 1. ``loggers`` defaults to ``$TRACKER_LOGGERS`` or ``store``.
     ``system``: the system sampler, on by default (False: off; seconds: its interval;
     see :mod:`tracker.system`).
+    ``store``/``data_path`` select a DuckLake (``"ducklake:postgres:..."``, as ``TRACKER_STORE``
+    and ``TRACKER_DATA_PATH``) for this process.
     """
     if not isinstance(project, str) or not project:
         raise ConfigError(f"project must be a non-empty str, got {project!r}")
@@ -504,6 +508,12 @@ def init(
     rank, world = rank_world()
     root = home_dir(home)
     run_id = check_run_id(run_id) if run_id is not None else _shared_run_id(world)
+    from tracker.store.lakerun import prepare_run
+    from tracker.store.settings import use as use_store
+
+    if store is not None or data_path is not None:
+        use_store(store, data_path)
+    prepare_run(root, run_id, rank, resume)  # lake only: check credentials, bring its segments here
     segment, start, reason = _plan_segment(root, run_id, rank, resume, resume_step)
     if reason == "resume":
         old = read_run_meta(run_dir(root, run_id) / "run.json") or {}

@@ -23,7 +23,8 @@ home_option = click.option(
 
 def _store(home: str | None) -> Store:
     store = Store(home)
-    if not store.path.exists() and not (store.home / "runs").exists():
+    is_lake = getattr(store, "setting", None) is not None
+    if not is_lake and not store.path.exists() and not (store.home / "runs").exists():
         raise click.ClickException(f"No store found at {store.home}; log a run first or pass --home / TRACKER_HOME")
     store.ingest(timeout=1.0)
     return store

@@ -56,12 +56,19 @@ def _why(exc: duckdb.Error) -> str:
 @click.option("--allow-files", is_flag=True,
               help="Let the statement read and write files (read_csv, COPY ... TO); the store stays read-only.")
 @format_option
+@click.option("--snapshot", type=int, default=None,
+              help="Read the lake as of snapshot N (DuckLake time travel; see `tracker lake status`).")
 @friendly
-def sql(query: str, home: str | None, allow_files: bool, fmt: str) -> None:
+def sql(query: str, home: str | None, allow_files: bool, fmt: str, snapshot: int | None) -> None:
     """Run one read-only statement QUERY over the store: tables runs, segments, metrics,
     class_metrics, classes, events; views curves, class_curves, hidden_metrics, run_summary."""
     statement = one_statement(query)
     store = Store(home)
+    if snapshot is not None:
+        from tracker.store import query as store_query
+
+        print_frame(store_query(statement.query, home=home, snapshot=snapshot), fmt)
+        return
     store.ingest(timeout=1.0)
     if allow_files:
         frame = store.query(statement.query)

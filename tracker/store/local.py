@@ -179,6 +179,17 @@ class IngestReport:
 class Store:
     """The store under ``home``: the DuckDB file plus the spool of live runs."""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Store":
+        """``Store(home)`` is the lake's store when one is selected (see tracker.store.settings)."""
+        if cls is Store:
+            from tracker.store.settings import current
+
+            if current() is not None:
+                from tracker.store.lake import LakeStore
+
+                cls = LakeStore
+        return super().__new__(cls)
+
     def __init__(self, home: str | os.PathLike[str] | None = None):
         from tracker.run import home_dir
 

@@ -1,0 +1,499 @@
+"""The store on DuckLake: catalog in PostgreSQL, Parquet data files on shared storage.
+
+Rules (see README, "Many machines"):
+
+* The same tables and views as the local store (``tracker.schema``), created in the
+  lake without primary keys (DuckLake has none); upserts of run metadata are
+  DELETE + INSERT in one transaction.
+* Extensions are LOADed from the ``duckdb-extension-*`` wheels by file path, with
+  DuckDB's auto-install and auto-load switched off: nothing is downloaded, ever.
+* Training processes write only their local spool. :meth:`LakeStore.ingest` commits
+  every pending chunk of this host's spool in ONE transaction, recording the chunk
+  names in ``ingested_files`` in the same transaction (a chunk committed twice after a
+  crash between commit and cleanup is skipped), under a per-spool file lock (several
+  processes of one host share a spool). Conflicting committers (DuckLake 1.5 races on
+  snapshot ids, duckdb/ducklake #1094, #1283) are retried by DuckLake itself
+  (``ducklake_max_retry_count`` raised to 100) and then by us, with exponential
+  backoff and jitter.
+* A catalog that cannot be reached raises :class:`StoreUnavailableError`; a rejected
+  password or a missing database raises :class:`StoreError` at once. Every message
+  has the password masked.
+* Queries attach the lake read-only and add this host's rows still in the spool, like
+  the local store; ``snapshot=N`` reads the lake as of snapshot N (time travel) alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib
+import logging
+import os
+import random
+import socket
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracker import schema, spool
+from tracker.errors import ConfigError, StoreError, StoreUnavailableError
+from tracker.store.local import META_TABLES, IngestReport, Store, _file_key, _run_row, _runs_table, _segments_table, inline_params
+from tracker.store.settings import LakeSetting, current
+
+log = logging.getLogger(__name__)
+
+ALIAS = "lake"
+EXTENSIONS = (("postgres_scanner", "postgres_scanner"), ("ducklake", "ducklake"))
+MAX_RETRY_COUNT = 100
+CONNECT_TIMEOUT_S = 3
+_MIGRATED: set[str] = set()
+STATS = {"commits": 0, "conflicts": 0, "unavailable": 0}
+
+_UNAVAILABLE = ("connection refused", "could not connect", "timeout expired", "server closed the connection",
+                "could not translate host name", "no route to host", "connection timed out",
+                "the database system is starting up", "the database system is shutting down",
+                "terminating connection", "connection to server", "ssl syscall", "broken pipe",
+                "no connection to the server", "connection reset")
+_CONFLICT = ("conflict", "duplicate key value violates unique constraint")
+
+
+def extension_file(package: str, name: str, version: str) -> Path:
+    """The extension file shipped in the ``duckdb-extension-<package>`` wheel for ``version``."""
+    try:
+        mod = importlib.import_module(f"duckdb_extension_{package}")
+    except ImportError:
+        raise StoreError(
+            f"the DuckDB extension {name!r} is not installed; install the cluster extra "
+            f"(pip install 'tracker[cluster]'), which pins duckdb-extension-{package.replace('_', '-')}"
+        ) from None
+    path = Path(str(mod.__file__)).parent / "extensions" / version / f"{name}.duckdb_extension"
+    if not path.is_file():
+        raise StoreError(
+            f"{path} is missing: duckdb-extension-{package.replace('_', '-')} does not match DuckDB {version}; "
+            "install the versions pinned in the cluster extra"
+        )
+    return path
+
+
+def offline_connection() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with ducklake and postgres_scanner loaded from the wheels, no downloads."""
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    try:
+        version = con.execute("PRAGMA version").fetchone()[0]
+        for package, name in EXTENSIONS:
+            con.execute(f"LOAD '{extension_file(package, name, version)}'")
+        con.execute(f"SET ducklake_max_retry_count = {MAX_RETRY_COUNT}")
+        con.execute("SET ducklake_retry_wait_ms = 20")
+    except Exception:
+        con.close()
+        raise
+    return con
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def classify(setting: LakeSetting, exc: BaseException) -> StoreError:
+    """A masked StoreError for ``exc``: StoreUnavailableError when the server is out of reach."""
+    msg = setting.scrub(str(exc)).replace("\n", " ").replace("\t", " ").strip()
+    detail = msg.rsplit('": ', 1)[-1][:300]  # libpq's own words, after the echoed connection string
+    low = msg.lower()
+    if "password authentication failed" in low or "authentication failed" in low or "does not exist" in low \
+            and ("database" in low or "role" in low):
+        return StoreError(
+            f"the lake's catalog refused the connection of TRACKER_STORE={setting.masked()!r}: {detail}; "
+            "check user, password and dbname"
+        )
+    if "creating a new ducklake is explicitly disabled" in low:
+        return StoreError(
+            f"the lake {setting.masked()} has no catalog yet; run `tracker lake init` (or log a run) first"
+        )
+    if "permission denied" in low:
+        start = low.find("permission denied")
+        return StoreError(
+            f"the role of TRACKER_STORE={setting.masked()!r} may not write to the lake "
+            f"({msg[start:start + 120]}); use a role with write grants for this command"
+        )
+    if any(s in low for s in _UNAVAILABLE):
+        return StoreUnavailableError(
+            f"the lake's catalog ({setting.masked()}) cannot be reached: {detail}; "
+            "rows stay in the local spool and are committed when it is back"
+        )
+    return StoreError(f"lake {setting.masked()}: {msg[:500]}")
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """Two committers raced (DuckLake's own conflict check, or the snapshot id taken twice)."""
+    low = str(exc).lower()
+    return "permission denied" not in low and any(s in low for s in _CONFLICT)
+
+
+def lake_ddl() -> list[str]:
+    """The schema's tables (without primary keys) and views, for DuckLake."""
+    stmts = []
+    for name, cols in {**schema.TABLES_SQL, "spool_state": "id INTEGER, fingerprint VARCHAR",
+                       "hosts": "host VARCHAR, home VARCHAR, pending BIGINT, committed_at TIMESTAMP",
+                       "schema_migrations": "name VARCHAR, applied_at TIMESTAMP"}.items():
+        parts = [p.strip() for p in cols.replace("PRIMARY KEY (", "PRIMARY KEY(").split(",")]
+        kept, skip = [], False
+        for p in parts:  # drop "PRIMARY KEY(a, b)" (spans parts) and a column's " PRIMARY KEY"
+            if p.startswith("PRIMARY KEY("):
+                skip = not p.endswith(")")
+                continue
+            if skip:
+                skip = not p.endswith(")")
+                continue
+            kept.append(p.removesuffix(" PRIMARY KEY"))
+        stmts.append(f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(kept)})")
+    stmts.extend(f"CREATE VIEW IF NOT EXISTS {name} AS {sql}" for name, sql in schema.VIEWS_SQL.items())
+    return stmts
+
+
+class LakeStore(Store):
+    """The store in a DuckLake, plus this host's spool under ``home``."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None, setting: LakeSetting | None = None):
+        super().__init__(home)
+        found = setting or current()
+        if found is None:
+            raise ConfigError("LakeStore needs a lake: set TRACKER_STORE='ducklake:postgres:...'")
+        self.setting = found
+
+    def __repr__(self) -> str:
+        return f"LakeStore({self.setting.masked()!r}, data_path={self.setting.data_path!r}, home={str(self.home)!r})"
+
+    # -- connections -----------------------------------------------------------------
+    def attach(self, read_only: bool = True, snapshot: int | None = None,
+               timeout: float | None = None) -> duckdb.DuckDBPyConnection:
+        """An in-memory connection with the lake attached as ``lake`` and in use."""
+        con = offline_connection()
+        opts = [f"DATA_PATH {_sql_str(self.setting.data_path)}"]
+        if read_only or snapshot is not None:
+            opts.append("READ_ONLY")
+        if snapshot is not None:
+            opts.append(f"SNAPSHOT_VERSION {int(snapshot)}")
+        target = self.setting.attach_target(timeout or CONNECT_TIMEOUT_S)
+        try:
+            for attempt in range(6):
+                try:
+                    con.execute(f"ATTACH {_sql_str(target)} AS {ALIAS} ({', '.join(opts)})")
+                    break
+                except duckdb.Error as exc:  # two hosts creating a new catalog at once: one wins
+                    low = str(exc).lower()
+                    if attempt == 5 or not ("duplicate key" in low or "already exists" in low):
+                        raise
+                    time.sleep(0.1 * (attempt + 1) * (0.5 + random.random()))
+            con.execute(f"USE {ALIAS}")
+            if self.setting.key() not in _MIGRATED and snapshot is None:
+                self._migrate(con, read_only)
+        except duckdb.Error as exc:
+            con.close()
+            raise classify(self.setting, exc) from None
+        except Exception:
+            con.close()
+            raise
+        return con
+
+    def _migrate(self, con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
+        have = {r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_catalog = ?", [ALIAS]).fetchall()}
+        wanted = {*schema.TABLES_SQL, *schema.VIEWS_SQL, "spool_state", "hosts", "schema_migrations"}
+        if wanted <= have:
+            _MIGRATED.add(self.setting.key())
+            return
+        if read_only:
+            raise StoreError(f"the lake {self.setting.masked()} has no tracker tables yet; run `tracker lake init`")
+        self._retrying(lambda c: [c.execute(s) for s in lake_ddl()], con)
+        _MIGRATED.add(self.setting.key())
+
+    def init(self) -> list[str]:
+        """Create the catalog's tables and views (idempotent); returns the tables now there."""
+        _MIGRATED.discard(self.setting.key())
+        con = self.attach(read_only=False)
+        try:
+            return [r[0] for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_catalog = ? ORDER BY 1",
+                [ALIAS]).fetchall()]
+        finally:
+            con.close()
+
+    def _retrying(self, work: Any, con: duckdb.DuckDBPyConnection, attempts: int = 8) -> Any:
+        """Run ``work(con)`` in a transaction; retry conflicts with exponential backoff and jitter."""
+        delay = 0.05
+        for attempt in range(attempts):
+            con.execute("BEGIN")
+            try:
+                out = work(con)
+                con.execute("COMMIT")
+                STATS["commits"] += 1
+                return out
+            except duckdb.Error as exc:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
+                if not _is_conflict(exc) or attempt == attempts - 1:
+                    raise
+                STATS["conflicts"] += 1
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
+    @contextlib.contextmanager
+    def connect(self, write: bool = False, timeout: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short connection to the lake; read-only unless ``write``."""
+        con = self.attach(read_only=not write, timeout=timeout)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    # -- commits -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _spool_lock(self, shared: bool = False) -> Iterator[None]:
+        """Committers hold it exclusively; readers of the spool's files share it."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / ".lake-commit.lock", "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def ingest(self, timeout: float | None = None, con: duckdb.DuckDBPyConnection | None = None) -> IngestReport:
+        """Commit this host's pending spool chunks into the lake in one transaction (idempotent).
+
+        ``con``: a connection from :meth:`attach` kept by a committer between commits
+        (attaching costs a second on a busy machine); None: attach and close here.
+        """
+        report = IngestReport()
+        with self._spool_lock():
+            for tmp in spool.stale_temp_files(self.home):
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            files = spool.data_files(self.home)
+            fingerprint = spool.meta_fingerprint(self.home)
+            if not files and self._meta_committed(fingerprint):
+                return report
+            own = con is None
+            con = self.attach(read_only=False, timeout=timeout) if con is None else con
+            try:
+                done = self._already_ingested(con, files)
+                todo = self._set_aside_corrupt([f for f in files if _file_key(f) not in done], report)
+                report.rows = self._retrying(lambda c: self._commit(c, todo), con)
+            except duckdb.Error as exc:
+                raise classify(self.setting, exc) from None
+            finally:
+                if own:
+                    con.close()
+            self._meta_committed(fingerprint, record=True)
+            report.files = len(todo)
+            for p in files:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+        return report
+
+    def _meta_committed(self, fingerprint: str, record: bool = False) -> bool:
+        """Was this spool's metadata (``fingerprint``) already committed to this lake?"""
+        import hashlib
+
+        marker = self.home / f".lake-{hashlib.sha256(self.setting.key().encode()).hexdigest()[:12]}"
+        if record:
+            spool.atomic_write_bytes(marker, fingerprint.encode(), durable=False)
+            return True
+        if not spool.runs_dir(self.home).is_dir():
+            return True  # nothing of this host's to commit
+        try:
+            return marker.read_text() == fingerprint
+        except OSError:
+            return False
+
+    def _commit(self, con: duckdb.DuckDBPyConnection, todo: list[Path]) -> int:
+        done = self._already_ingested(con, todo)  # again inside the transaction
+        todo = [p for p in todo if _file_key(p) not in done]
+        for (name, keys), table in zip(META_TABLES, host_meta(self.home)):
+            if table.num_rows == 0:
+                continue
+            con.register("_meta", table)
+            on = " AND ".join(f"s.{k} = {name}.{k}" for k in keys)
+            cols = ", ".join(table.column_names)
+            if name == "runs":  # the newest writer of a run's row wins (a run moves between hosts)
+                con.execute(f"DELETE FROM runs WHERE EXISTS (SELECT 1 FROM _meta s WHERE {on} "
+                            "AND s.updated_at >= runs.updated_at)")
+                con.execute(f"INSERT INTO runs ({cols}) SELECT {cols} FROM _meta s "
+                            "WHERE NOT EXISTS (SELECT 1 FROM runs WHERE runs.run_id = s.run_id)")
+            else:
+                con.execute(f"DELETE FROM {name} WHERE EXISTS (SELECT 1 FROM _meta s WHERE {on})")
+                con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM _meta")
+            con.unregister("_meta")
+        for table in spool.TABLES:
+            paths = [str(p) for p in todo if spool.table_of(p) == table]
+            if paths:
+                cols = ", ".join(spool.SCHEMAS[table].names)
+                order = "run_id, key, step" if table != "events" else "run_id, step"
+                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?) ORDER BY {order}",
+                            [paths])
+        rows = 0
+        if todo:
+            counts = [pq.read_metadata(p).num_rows for p in todo]
+            con.register("_ingest", pa.table({"name": [_file_key(p) for p in todo],
+                                               "run_id": [p.parent.name for p in todo], "rows": counts}))
+            con.execute("INSERT INTO ingested_files SELECT name, run_id, rows, now() FROM _ingest")
+            con.unregister("_ingest")
+            rows = sum(counts)
+        host = socket.gethostname()
+        con.execute("DELETE FROM hosts WHERE host = ? AND home = ?", [host, str(self.home)])
+        pending = len(spool.data_files(self.home)) - len(todo)
+        con.execute("INSERT INTO hosts VALUES (?, ?, ?, now())", [host, str(self.home), max(pending, 0)])
+        return rows
+
+    # -- queries -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def reader(self, safe: bool = False, snapshot: int | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection to the lake plus this host's spool rows (or snapshot ``N`` alone)."""
+        with contextlib.ExitStack() as stack:
+            if snapshot is None:  # the committer must not remove spool files this reader lists
+                stack.enter_context(self._spool_lock(shared=True))
+            con = stack.enter_context(contextlib.closing(self.attach(read_only=True, snapshot=snapshot)))
+            try:
+                if snapshot is None:
+                    files = spool.data_files(self.home)
+                    self._shadow(con, safe, files, spool.meta_fingerprint(self.home))
+                if safe:
+                    con.execute("SET enable_external_access = false")
+                    con.execute("SET lock_configuration = true")
+            except duckdb.Error as exc:
+                raise classify(self.setting, exc) from None
+            yield con
+
+    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
+              snapshot: int | None = None) -> pl.DataFrame:
+        """Run ``sql`` over the lake (and this host's spool); ``snapshot`` reads an older version."""
+        sql, params = inline_params(sql, params)
+        with self.reader(snapshot=snapshot) as con:
+            try:
+                return con.execute(sql, params).pl() if params is not None else con.execute(sql).pl()
+            except duckdb.Error as exc:
+                found = classify(self.setting, exc)
+                if isinstance(found, StoreUnavailableError):
+                    raise found from None
+                raise StoreError(f"query failed: {self.setting.scrub(str(exc)).splitlines()[0]}\n"
+                                 f"  in: {sql.strip()[:200]}") from None
+
+    def snapshots(self) -> pl.DataFrame:
+        """The lake's snapshots (id, time, changes)."""
+        with self.connect() as con:
+            return con.execute(
+                f"SELECT snapshot_id, CAST(snapshot_time AS VARCHAR) AS snapshot_time, "
+                f"CAST(changes AS VARCHAR) AS changes FROM {ALIAS}.snapshots() ORDER BY snapshot_id").pl()
+
+    def push_run(self, source: Path, run_id: str) -> bool:
+        """Copy run ``run_id`` from the local DuckDB file ``source``; False when already in the lake."""
+        con = self.attach(read_only=False)
+        try:
+            con.execute(f"ATTACH {_sql_str(str(source))} AS src (READ_ONLY)")
+
+            def work(c: duckdb.DuckDBPyConnection) -> bool:
+                if c.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
+                    return False
+                for table in ("runs", "segments", "classes", "metrics", "class_metrics", "events", "ingested_files"):
+                    cols = ", ".join(r[0] for r in c.execute(
+                        "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'src' "
+                        "AND table_name = ? ORDER BY ordinal_position", [table]).fetchall())
+                    c.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM src.main.{table} WHERE run_id = ?",
+                              [run_id])
+                return True
+
+            return bool(self._retrying(work, con))
+        except duckdb.Error as exc:
+            raise classify(self.setting, exc) from None
+        finally:
+            con.close()
+
+    # -- writes ------------------------------------------------------------------------
+    def _write(self, work: Any) -> Any:
+        con = self.attach(read_only=False)
+        try:
+            return self._retrying(work, con)
+        except duckdb.Error as exc:
+            raise classify(self.setting, exc) from None
+        finally:
+            con.close()
+
+    def add_events(self, run_id: str, events: Sequence[Any], rank: int = 0, segment: int | None = None) -> int:
+        """Insert events for a run (offline analysis); returns how many."""
+        if not events:
+            return 0
+        import json
+
+        rows = pa.table({
+            "run_id": [run_id] * len(events), "rank": pa.array([rank] * len(events), pa.int32()),
+            "segment": pa.array([segment if segment is not None else -1] * len(events), pa.int32()),
+            "step": pa.array([e.step for e in events], pa.int64()), "key": [e.key for e in events],
+            "kind": [e.kind for e in events], "severity": [e.severity for e in events],
+            "message": [e.message for e in events],
+            "data": [json.dumps(e.data, default=float) for e in events], "wall_time": [time.time()] * len(events),
+        })
+
+        def work(con: duckdb.DuckDBPyConnection) -> None:
+            con.register("_ev", rows)
+            con.execute(f"INSERT INTO events ({', '.join(rows.column_names)}) SELECT * FROM _ev")
+
+        self._write(work)
+        return len(events)
+
+    def set_status(self, run_id: str, status: str) -> None:
+        """Set a run's status in its spool metadata (if here) and in the lake."""
+        path = spool.run_dir(self.home, run_id) / "run.json"
+        meta = spool.read_json(path)
+        if meta is not None:
+            meta["status"] = status
+            spool.atomic_write_json(path, meta)
+        self._write(lambda con: con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [status, run_id]))
+
+    def delete_run(self, run_id: str) -> int:
+        """Remove a run from the lake and this host's spool. Returns rows removed."""
+        import shutil
+
+        def work(con: duckdb.DuckDBPyConnection) -> int:
+            n = 0
+            for table in ("metrics", "class_metrics", "events", "segments", "classes", "ingested_files", "runs"):
+                n += con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
+            return n
+
+        n = self._write(work)
+        folder = spool.run_dir(self.home, run_id)
+        if folder.exists():
+            shutil.rmtree(folder)
+        return n
+
+
+def host_meta(home: Path) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """What this host's spool says of runs, segments and classes.
+
+    Segments of every rank here; a run's row and classes only where this host holds
+    rank 0's segments (rank 0 owns ``run.json``; other ranks write one only as a stub).
+    """
+    root = spool.runs_dir(home)
+    runs: list[dict[str, Any]] = []
+    segs: list[spool.SegmentInfo] = []
+    classes: list[tuple[str, int, str]] = []
+    if root.is_dir():
+        for entry in os.scandir(root):
+            if not entry.is_dir():
+                continue
+            run_segs = spool.list_segments(home, entry.name)
+            segs.extend(run_segs)
+            meta = spool.read_json(Path(entry.path) / "run.json")
+            if meta and any(s.rank == 0 for s in run_segs):
+                runs.append(_run_row(meta, run_segs))
+                classes.extend((meta["run_id"], i, n) for i, n in enumerate(meta.get("classes") or []))
+    return _runs_table(runs), _segments_table(segs), pa.table({
+        "run_id": pa.array([c[0] for c in classes], pa.string()),
+        "class_index": pa.array([c[1] for c in classes], pa.int32()),
+        "name": pa.array([c[2] for c in classes], pa.string()),
+    })

@@ -1,0 +1,232 @@
+"""What a training process does for the lake, always off its training thread.
+
+* :func:`prepare_run` (called once by ``tracker.init``): checks the lake setting and
+  its credentials at once (a rejected password fails ``init``; an unreachable server
+  only warns, training goes on), and copies a run's metadata and this rank's segments
+  from the lake into the local spool when this host has not seen them, so a run
+  preempted on host A resumes on host B with the right segment and step.
+* :class:`Committer`: one thread per (process, spool) while runs are live, committing
+  the spool's pending chunks into the lake every ``TRACKER_COMMIT_INTERVAL`` seconds
+  (default 1) in one transaction. While the catalog is out of reach it logs ONE
+  warning, keeps the rows in the spool and retries with backoff; it logs once more
+  when commits resume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tracker import spool
+from tracker.errors import StoreError, StoreUnavailableError
+from tracker.store.settings import current
+
+log = logging.getLogger("tracker.store.lake")
+
+_COMMITTERS: dict[Path, "Committer"] = {}
+_HANDOFF: dict[Path, Any] = {}  # connections attached by init, for the committer to start with
+_LOCK = threading.Lock()
+MAX_BACKOFF_S = 8.0
+
+
+def _epoch(ts: Any) -> float | None:
+    if ts is None:
+        return None
+    return ts.replace(tzinfo=timezone.utc).timestamp() if isinstance(ts, datetime) else float(ts)
+
+
+def prepare_run(home: Path, run_id: str, rank: int, resume: str) -> None:
+    """Check the lake (if selected) and bring run ``run_id``'s lake metadata into ``home``'s spool."""
+    setting = current()
+    if setting is None:
+        return
+    from tracker.store.lake import LakeStore
+
+    store = LakeStore(home, setting)
+    try:
+        con = store.attach(read_only=False, timeout=3)
+    except StoreUnavailableError as exc:
+        log.warning("tracker: %s; training goes on", exc)
+        return
+    try:
+        if any(s.rank == rank for s in spool.list_segments(home, run_id)):
+            return
+        runs = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]).fetchall()
+        cols = [d[0] for d in con.description]
+        segs = con.execute(
+            "SELECT segment, start_step, end_step, started_at, ended_at, reason FROM segments "
+            "WHERE run_id = ? AND rank = ? ORDER BY segment", [run_id, rank]).fetchall()
+    finally:
+        _hand_over(home, con)
+    if not runs and not segs:
+        return
+    folder = spool.run_dir(home, run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    if runs and rank == 0 and not (folder / "run.json").exists():
+        row = dict(zip(cols, runs[0]))
+        meta = {k: row[k] for k in ("run_id", "project", "name", "status", "host", "git_commit", "python",
+                                    "seed", "world_size")}
+        meta.update(config=json.loads(row["config"] or "{}"), tags=list(row["tags"] or []),
+                    packages=json.loads(row["packages"] or "{}"), created_at=_epoch(row["created_at"]),
+                    updated_at=_epoch(row["updated_at"]))
+        spool.atomic_write_json(folder / "run.json", meta)
+    for segment, start, end, started, ended, reason in segs:
+        when = _epoch(ended) or _epoch(started) or time.time()
+        spool.SegmentInfo(run_id=run_id, rank=rank, segment=segment, start_step=start, reason=reason,
+                          started_at=_epoch(started) or when, last_step=end, ended_at=_epoch(ended),
+                          heartbeat=when, pid=0).save(home)
+    log.info("tracker: run %s rank %d: %d segment(s) found in the lake", run_id, rank, len(segs))
+
+
+def _hand_over(home: Path, con: Any) -> None:
+    """Keep ``init``'s attached connection for this spool's committer thread, else close it.
+
+    Loading the extensions and attaching hold the interpreter lock for a good part of a
+    second; done once in ``init``, the committer thread never does it while training runs.
+    """
+    with _LOCK:
+        old = _HANDOFF.pop(home, None)
+        if os.environ.get("TRACKER_LAKE_COMMITTER", "thread") == "thread" and home not in _COMMITTERS:
+            _HANDOFF[home] = con
+            con = None
+    for c in (old, con):
+        if c is not None:
+            c.close()
+
+
+class Committer:
+    """Commits one spool into the lake every interval, on its own thread (see module doc)."""
+
+    def __init__(self, home: Path, interval: float | None = None) -> None:
+        self.home = home
+        self.interval = interval if interval is not None else float(os.environ.get("TRACKER_COMMIT_INTERVAL", "1"))
+        self.users = 0
+        self.down_since: float | None = None
+        self.failed_with: str | None = None
+        self._con: Any = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"tracker-lake-commit-{home.name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 120.0) -> None:
+        """Stop the thread after one last commit attempt (bounded by ``timeout``)."""
+        self._stop.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("tracker: the last commit of %s into the lake is still running after %.0f s; "
+                        "uncommitted rows stay in the spool for the next commit", self.home, timeout)
+
+    def _loop(self) -> None:
+        wait = self.interval
+        while True:
+            stopping = self._stop.wait(wait)
+            ok = self.commit_once()
+            if stopping:
+                return
+            wait = self.interval if ok else min(max(wait, self.interval) * 2, MAX_BACKOFF_S) * (0.5 + random.random())
+
+    def _commit(self) -> None:
+        from tracker.store.lake import LakeStore
+
+        setting = current()
+        if setting is None:
+            return
+        store = LakeStore(self.home, setting)
+        try:
+            if self._con is None:  # kept between commits; dropped on any failure
+                with _LOCK:
+                    self._con = _HANDOFF.pop(self.home, None) or store.attach(read_only=False)
+                self._con.execute("SET threads = 1")  # leave the other cores to training
+            store.ingest(con=self._con)
+        except StoreError:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+            raise
+        finally:
+            if self._stop.is_set() and self._con is not None:
+                self._con.close()
+                self._con = None
+
+    def commit_once(self) -> bool:
+        """One commit; returns False while the catalog is unreachable or the commit failed."""
+        from tracker.store.lake import STATS
+
+        try:
+            self._commit()
+        except StoreUnavailableError as exc:
+            STATS["unavailable"] += 1
+            if self.down_since is None:
+                self.down_since = time.time()
+                log.warning("tracker: %s; retrying with backoff (this warning is not repeated)", exc)
+            return False
+        except StoreError as exc:
+            if str(exc) != self.failed_with:
+                self.failed_with = str(exc)
+                log.warning("tracker: committing %s into the lake failed: %s; retrying", self.home, exc)
+            return False
+        if self.down_since is not None:
+            log.warning("tracker: the lake's catalog is reachable again after %.0f s; spooled rows committed",
+                        time.time() - self.down_since)
+            self.down_since = None
+        self.failed_with = None
+        return True
+
+
+class _Follower:
+    """Stands for the ``tracker lake follow`` process that commits this spool instead."""
+
+    users = 0
+
+
+def acquire(home: Path) -> Committer | _Follower | None:
+    """Start (or share) the committer of ``home``'s spool when a lake is selected.
+
+    ``TRACKER_LAKE_COMMITTER=follow`` leaves commits to a ``tracker lake follow``
+    process on this host: the training process then never connects to the catalog
+    after ``init``.
+    """
+    if current() is None:
+        return None
+    if os.environ.get("TRACKER_LAKE_COMMITTER", "thread") == "follow":
+        return _Follower()
+    with _LOCK:
+        committer = _COMMITTERS.get(home)
+        if committer is None:
+            committer = _COMMITTERS[home] = Committer(home)
+            committer.start()
+        committer.users += 1
+        return committer
+
+
+def release(committer: Committer | _Follower | None) -> None:
+    """Drop one user of ``committer``; the last one stops it after a final commit."""
+    if not isinstance(committer, Committer):
+        return
+    with _LOCK:
+        committer.users -= 1
+        if committer.users > 0:
+            return
+        _COMMITTERS.pop(committer.home, None)
+    committer.stop()
+
+
+def follow(home: Path, interval: float = 1.0, stop: threading.Event | None = None) -> None:
+    """Commit ``home``'s spool into the lake every ``interval`` seconds until ``stop`` is set."""
+    committer = Committer(home, interval)
+    stop = stop or threading.Event()
+    wait = interval
+    while not stop.wait(wait):
+        ok = committer.commit_once()
+        wait = interval if ok else min(max(wait, interval) * 2, MAX_BACKOFF_S) * (0.5 + random.random())
+    committer._stop.set()
+    committer.commit_once()
