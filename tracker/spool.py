@@ -303,6 +303,8 @@ def data_files(home: Path) -> list[Path]:
         if not chunks:
             continue
         limits = _unclaimed_from(home, run.name)
+        if limits is None:
+            continue  # a bad segment file: the run's chunks wait until `tracker doctor --fix`
         for m, path in chunks:
             limit = limits.get((int(m.group("rank")), int(m.group("segment"))))
             if limit is None or int(m.group("seq")) <= limit:
@@ -311,10 +313,13 @@ def data_files(home: Path) -> list[Path]:
     return out
 
 
-def _unclaimed_from(home: Path, run_id: str) -> dict[tuple[int, int], int]:
-    """{(rank, segment): last claimed seq} for segments whose later chunks are held back."""
+def _unclaimed_from(home: Path, run_id: str) -> dict[tuple[int, int], int] | None:
+    """{(rank, segment): last claimed seq} for segments whose later chunks are held back;
+    None when a segment file of the run is bad (nothing of it can be said to be claimed)."""
     try:
         segs = list_segments(home, run_id)
+    except DataError:
+        return None
     except (ConfigError, OSError, TypeError):
         return {}
     newest: dict[int, int] = {}
