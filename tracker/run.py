@@ -72,7 +72,14 @@ from tracker.flusher import (  # noqa: F401  (the limits are part of this module
 )
 from tracker.loggers import DEFAULT_LOGGERS, LOGGER_TIMEOUT_S, Lane
 from tracker.runmeta import RunMeta
-from tracker.spool import check_run_id, durable_segments, read_run_meta, run_dir, visible_last_step
+from tracker.spool import (  # noqa: F401  (home_dir: tracker.run.home_dir is public)
+    check_run_id,
+    durable_segments,
+    home_dir,
+    read_run_meta,
+    run_dir,
+    visible_last_step,
+)
 from tracker.system import system_options
 
 log = logging.getLogger(__name__)
@@ -80,11 +87,6 @@ log = logging.getLogger(__name__)
 MAX_STEP = 2**63 - 1
 RESUME_MODES = ("never", "allow", "must")
 _PACKAGES = ("tracker", "numpy", "torch", "duckdb", "pyarrow", "polars", "pluggy", "vulkan")
-
-
-def home_dir(home: str | os.PathLike[str] | None = None) -> Path:
-    """The store folder: ``home``, else ``$TRACKER_HOME``, else ``./.tracker``."""
-    return Path(home or os.environ.get("TRACKER_HOME") or ".tracker").resolve()
 
 
 def _git_commit() -> str | None:

@@ -94,6 +94,11 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+def home_dir(home: str | os.PathLike[str] | None = None) -> Path:
+    """The store folder: ``home``, else ``$TRACKER_HOME``, else ``./.tracker``."""
+    return Path(home or os.environ.get("TRACKER_HOME") or ".tracker").resolve()
+
+
 def runs_dir(home: Path) -> Path:
     return Path(home) / "runs"
 

@@ -198,7 +198,7 @@ def run_demo(home: str | Path | None, tag: str, *, train_images: int = 256, val_
         raise ConfigError(f"epochs is {epochs!r}; the demo needs at least 2 to kill and resume run B")
     kill_at = kill_at or (epochs // 2, max(0, min(4, train_images // batch // 2 - 1)))
     from tracker.integrations.yolo_synthetic import make_dataset
-    from tracker.run import home_dir
+    from tracker.spool import home_dir
 
     root = home_dir(home)
     workdir = root / "yolo-demo" / tag

@@ -73,7 +73,7 @@ def _yolo(console: Console, epochs: int, images: int, home: str | None, tag: str
 @friendly
 def demo(quick: bool, steps: int, epochs: int, images: int, home: str | None, ui: bool, port: int) -> None:
     """Train stock vs class-weighted + repeat-factor-sampled runs, kill and resume one, open the app."""
-    from tracker.run import home_dir
+    from tracker.spool import home_dir
     from tracker.store import Store
 
     console = Console(soft_wrap=True)

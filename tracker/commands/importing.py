@@ -51,7 +51,7 @@ def _summary(plans: list[Any], dry_run: bool, seconds: float) -> None:
 def _make_command(importer: Any) -> click.Command:
     def callback(project: str | None, dry_run: bool, home: str | None, **options: Any) -> None:
         from tracker.importer import import_runs
-        from tracker.run import home_dir
+        from tracker.spool import home_dir
         from tracker.store import Store
 
         t0 = time.perf_counter()

@@ -53,7 +53,7 @@ def streamlit_command(port: int, address: str = "127.0.0.1", headless: bool = Tr
 
 def app_env(home: str | os.PathLike[str] | None) -> dict[str, str]:
     """The environment of the app process: this one, with ``TRACKER_HOME`` set."""
-    from tracker.run import home_dir
+    from tracker.spool import home_dir
 
     return {**os.environ, "TRACKER_HOME": str(home_dir(home))}
 

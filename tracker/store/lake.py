@@ -353,8 +353,11 @@ class LakeStore(Store):
 
     # -- queries -----------------------------------------------------------------------
     @contextlib.contextmanager
-    def reader(self, safe: bool = False, snapshot: int | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read-only connection to the lake plus this host's spool rows (or snapshot ``N`` alone)."""
+    def reader(self, safe: bool = False, snapshot: int | None = None,
+               memory_limit: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection to the lake plus this host's spool rows (or snapshot ``N`` alone).
+
+        ``safe`` and ``memory_limit`` as for the local store's reader (user-typed SQL)."""
         with contextlib.ExitStack() as stack:
             if snapshot is None:  # the committer must not remove spool files this reader lists
                 stack.enter_context(self._spool_lock(shared=True))
@@ -364,6 +367,9 @@ class LakeStore(Store):
                     files = spool.data_files(self.home)
                     self._shadow(con, safe, files, spool.meta_fingerprint(self.home))
                 if safe:
+                    if memory_limit:
+                        con.execute("SET memory_limit = ?", [memory_limit])
+                        con.execute("SET temp_directory = ''")
                     con.execute("SET enable_external_access = false")
                     con.execute("SET lock_configuration = true")
             except duckdb.Error as exc:

@@ -191,9 +191,7 @@ class Store:
         return super().__new__(cls)
 
     def __init__(self, home: str | os.PathLike[str] | None = None):
-        from tracker.run import home_dir
-
-        self.home = home_dir(home)
+        self.home = spool.home_dir(home)
         self.path = self.home / DB_NAME
 
     # -- connections -----------------------------------------------------------------
