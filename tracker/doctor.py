@@ -25,8 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-import pyarrow.parquet as pq
-
 from tracker import spool
 from tracker.errors import DataError
 from tracker.spool import SegmentInfo
@@ -117,6 +115,8 @@ def chunk_problem(path: Path, deep: bool = False) -> str | None:
 
     The footer and column names are checked; ``deep`` also reads every row.
     """
+    import pyarrow.parquet as pq
+
     try:
         meta = pq.read_metadata(path)
         names = meta.schema.to_arrow_schema().names

@@ -25,6 +25,7 @@ Rules:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -34,7 +35,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tracker.errors import ConfigError, DataError
 
@@ -143,6 +143,8 @@ def atomic_write_json(path: Path, obj: Any, durable: bool = True) -> None:
 
 def atomic_write_table(path: Path, table: pa.Table) -> None:
     """Write an Arrow table as a Parquet file, crash-safely."""
+    import pyarrow.parquet as pq
+
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         pq.write_table(table, tmp, compression="snappy", use_dictionary=["run_id", "key"])
@@ -236,6 +238,8 @@ def _chunk_max_steps(home: Path, seg: SegmentInfo) -> dict[int, int]:
 
 
 def _parquet_max_step(path: Path) -> int | None:
+    import pyarrow.parquet as pq
+
     try:
         meta = pq.ParquetFile(path).metadata
         col = meta.schema.names.index("step")
@@ -379,8 +383,6 @@ def pid_alive(pid: int) -> bool:
 
 def meta_fingerprint(home: Path) -> str:
     """A digest of every run.json and segment JSON (names, sizes, mtimes) in the spool."""
-    import hashlib
-
     h = hashlib.blake2b(digest_size=16)
     root = runs_dir(home)
     if root.is_dir():

@@ -17,6 +17,7 @@ import duckdb
 from tracker.cli import friendly
 from tracker.commands._output import format_option, print_frame
 from tracker.commands.runs import home_option
+from tracker import spool
 from tracker.errors import ConfigError, StoreError
 from tracker.store import Store
 
@@ -69,7 +70,8 @@ def sql(query: str, home: str | None, allow_files: bool, fmt: str, snapshot: int
 
         print_frame(store_query(statement.query, home=home, snapshot=snapshot), fmt)
         return
-    store.ingest(timeout=1.0)
+    if spool.data_files(store.home):
+        store.ingest(timeout=1.0)  # pending chunks into the tables first (a write); else a read-only open
     if allow_files:
         frame = store.query(statement.query)
     else:

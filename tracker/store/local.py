@@ -36,9 +36,9 @@ from typing import Any, Iterator, Sequence
 import duckdb
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tracker import doctor, schema, spool
+from tracker.store import settings
 from tracker.errors import DataError, StoreError, StoreLockedError
 from tracker.events import Event
 from tracker.spool import SegmentInfo
@@ -155,6 +155,12 @@ class _ReaderCache:
 _READERS = _ReaderCache()
 
 
+def _stored_fingerprint(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The spool fingerprint recorded by the last ingestion (None before the first)."""
+    row = con.execute("SELECT fingerprint FROM spool_state WHERE id = 1").fetchone()
+    return row[0] if row else None
+
+
 def _file_key(path: Path) -> str:
     """A spool file's name in ``ingested_files``: ``<run_id>/<file name>``."""
     return f"{path.parent.name}/{path.name}"
@@ -182,9 +188,7 @@ class Store:
     def __new__(cls, *args: Any, **kwargs: Any) -> "Store":
         """``Store(home)`` is the lake's store when one is selected (see tracker.store.settings)."""
         if cls is Store:
-            from tracker.store.settings import current
-
-            if current() is not None:
+            if settings.current() is not None:
                 from tracker.store.lake import LakeStore
 
                 cls = LakeStore
@@ -249,6 +253,8 @@ class Store:
     # -- ingestion ---------------------------------------------------------------------
     def ingest(self, timeout: float | None = None) -> IngestReport:
         """Move spool files into the tables (idempotent, crash-safe). See module doc."""
+        import pyarrow.parquet as pq
+
         report = IngestReport()
         for tmp in spool.stale_temp_files(self.home):
             with contextlib.suppress(OSError):
@@ -265,30 +271,32 @@ class Store:
             done = self._already_ingested(con, files)
             todo = [f for f in files if _file_key(f) not in done]
             todo = self._set_aside_corrupt(todo, report)
-            con.execute("BEGIN")
-            try:
-                self._upsert_meta(con, scan)
-                for table in spool.TABLES:
-                    paths = [str(p) for p in todo if spool.table_of(p) == table]
-                    if paths:
-                        cols = ", ".join(spool.SCHEMAS[table].names)
-                        order = "run_id, key, step" if table != "events" else "run_id, step"
-                        con.execute(
-                            f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?) "
-                            f"ORDER BY {order}",
-                            [paths],
-                        )
-                if todo:
-                    names = [_file_key(p) for p in todo]
-                    rows = [pq.read_metadata(p).num_rows for p in todo]
-                    runs = [p.parent.name for p in todo]
-                    con.register("_ingest", pa.table({"name": names, "run_id": runs, "rows": rows}))
-                    con.execute("INSERT INTO ingested_files SELECT name, run_id, rows, now() FROM _ingest")
-                    report.rows = sum(rows)
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
+            fingerprint = spool.meta_fingerprint(self.home)
+            if todo or _stored_fingerprint(con) != fingerprint:  # else nothing new: no write
+                con.execute("BEGIN")
+                try:
+                    self._upsert_meta(con, scan, fingerprint)
+                    for table in spool.TABLES:
+                        paths = [str(p) for p in todo if spool.table_of(p) == table]
+                        if paths:
+                            cols = ", ".join(spool.SCHEMAS[table].names)
+                            order = "run_id, key, step" if table != "events" else "run_id, step"
+                            con.execute(*inline_params(
+                                f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?) "
+                                f"ORDER BY {order}",
+                                [paths],
+                            ))
+                    if todo:
+                        names = [_file_key(p) for p in todo]
+                        rows = [pq.read_metadata(p).num_rows for p in todo]
+                        runs = [p.parent.name for p in todo]
+                        con.register("_ingest", pa.table({"name": names, "run_id": runs, "rows": rows}))
+                        con.execute("INSERT INTO ingested_files SELECT name, run_id, rows, now() FROM _ingest")
+                        report.rows = sum(rows)
+                    con.execute("COMMIT")
+                except Exception:
+                    con.execute("ROLLBACK")
+                    raise
             report.files = len(todo)
             for p in [*todo, *(f for f in files if _file_key(f) in done)]:
                 with contextlib.suppress(OSError):
@@ -300,12 +308,14 @@ class Store:
     def _already_ingested(self, con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> set[str]:
         if not files:
             return set()
-        rows = con.execute(
+        rows = con.execute(*inline_params(
             "SELECT name FROM ingested_files WHERE name IN (SELECT unnest(?))", [[_file_key(f) for f in files]]
-        ).fetchall()
+        )).fetchall()
         return {r[0] for r in rows}
 
     def _set_aside_corrupt(self, files: list[Path], report: IngestReport) -> list[Path]:
+        import pyarrow.parquet as pq
+
         good = []
         for path in files:
             try:
@@ -322,9 +332,8 @@ class Store:
             good.append(path)
         return good
 
-    def _upsert_meta(self, con: duckdb.DuckDBPyConnection, scan: doctor.SpoolScan) -> None:
-        fingerprint = spool.meta_fingerprint(self.home)
-        con.execute("INSERT OR REPLACE INTO spool_state VALUES (1, ?)", [fingerprint])
+    def _upsert_meta(self, con: duckdb.DuckDBPyConnection, scan: doctor.SpoolScan, fingerprint: str) -> None:
+        con.execute(*inline_params("INSERT OR REPLACE INTO spool_state VALUES (1, ?)", [fingerprint]))
         for (name, _keys), table in zip(META_TABLES, spool_meta(self.home, scan)):
             if table.num_rows == 0:
                 continue
@@ -392,10 +401,8 @@ class Store:
         """Temp tables/views over the database plus the spool ``files`` (see module doc)."""
         done = self._already_ingested(con, files)
         pending = [f for f in files if _file_key(f) not in done]
-        if not pending:
-            row = con.execute("SELECT fingerprint FROM spool_state WHERE id = 1").fetchone()
-            if row and row[0] == fingerprint:
-                return  # everything is ingested: the database's own tables and views are current
+        if not pending and _stored_fingerprint(con) == fingerprint:
+            return  # everything is ingested: the database's own tables and views are current
         db = con.execute("SELECT current_database()").fetchone()[0]
         kind = "TABLE" if materialize else "VIEW"
         stmts: list[str] = []
