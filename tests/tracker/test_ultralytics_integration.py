@@ -171,7 +171,8 @@ def test_log_every_thins_the_per_batch_values(ultralytics_here: Any, trained: Tr
 
 
 def test_loss_items_in_the_older_tensor_form() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     from tracker.integrations.ultralytics import loss_items
 
     class Old:
