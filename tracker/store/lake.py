@@ -42,7 +42,17 @@ import pyarrow.parquet as pq
 
 from tracker import schema, spool
 from tracker.errors import ConfigError, StoreError, StoreUnavailableError
-from tracker.store.local import META_TABLES, IngestReport, Store, _file_key, _run_row, _runs_table, _segments_table, inline_params
+from tracker.store.local import (
+    META_TABLES,
+    IngestReport,
+    Store,
+    _file_key,
+    _run_row,
+    _runs_table,
+    _segments_table,
+    inline_params,
+    lock_down,
+)
 from tracker.store.settings import LakeSetting, current
 
 log = logging.getLogger(__name__)
@@ -367,11 +377,7 @@ class LakeStore(Store):
                     files = spool.data_files(self.home)
                     self._shadow(con, safe, files, spool.meta_fingerprint(self.home))
                 if safe:
-                    if memory_limit:
-                        con.execute("SET memory_limit = ?", [memory_limit])
-                        con.execute("SET temp_directory = ''")
-                    con.execute("SET enable_external_access = false")
-                    con.execute("SET lock_configuration = true")
+                    lock_down(con, memory_limit)
             except duckdb.Error as exc:
                 raise classify(self.setting, exc) from None
             yield con

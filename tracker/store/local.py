@@ -155,6 +155,16 @@ class _ReaderCache:
 _READERS = _ReaderCache()
 
 
+def lock_down(con: duckdb.DuckDBPyConnection, memory_limit: str | None = None) -> None:
+    """Make ``con`` fit for user-typed SQL: DuckDB's ``memory_limit`` (no spilling) when
+    given, external access off, and the configuration locked so no statement undoes it."""
+    if memory_limit:
+        con.execute(*inline_params("SET memory_limit = ?", [memory_limit]))
+        con.execute("SET temp_directory = ''")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
 def _stored_fingerprint(con: duckdb.DuckDBPyConnection) -> str | None:
     """The spool fingerprint recorded by the last ingestion (None before the first)."""
     row = con.execute("SELECT fingerprint FROM spool_state WHERE id = 1").fetchone()
@@ -380,11 +390,7 @@ class Store:
             try:
                 self._shadow(con, safe, files, fingerprint)
                 if safe:
-                    if memory_limit:
-                        con.execute("SET memory_limit = ?", [memory_limit])
-                        con.execute("SET temp_directory = ''")
-                    con.execute("SET enable_external_access = false")
-                    con.execute("SET lock_configuration = true")
+                    lock_down(con, memory_limit)
                 return con
             except duckdb.Error as exc:
                 con.close()
