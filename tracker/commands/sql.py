@@ -14,10 +14,10 @@ from __future__ import annotations
 import click
 import duckdb
 
+from tracker import spool
 from tracker.cli import friendly
 from tracker.commands._output import format_option, print_frame
 from tracker.commands.runs import home_option
-from tracker import spool
 from tracker.errors import ConfigError, StoreError
 from tracker.store import Store
 
