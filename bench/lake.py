@@ -54,7 +54,9 @@ for step in range(steps):
     spent += time.perf_counter() - t
 last_log = time.time()
 run.finish()
-out = {"ns_per_point": spent / (steps * len(keys)) * 1e9, "last_log": last_log, "done": time.time()}
+finish_s = time.time() - last_log
+out = {"ns_per_point": spent / (steps * len(keys)) * 1e9, "last_log": last_log, "done": time.time(),
+       "finish_s": finish_s}
 try:
     from tracker.store.lake import STATS
     out.update(STATS)
@@ -139,14 +141,15 @@ def main() -> None:
         reader = subprocess.Popen([sys.executable, "-c", READER, str(tmp / "reader"), str(stop)], env=lake_env,
                                   stdout=subprocess.PIPE, text=True)
         visible_at: list[float] = []
+        ours = "key LIKE 'loss/%'"  # the workload's keys (system metrics ride along)
         probe = LakeStore(tmp / "probe")
 
         def poll() -> None:
-            while not visible_at:
-                if probe.query("SELECT count(*) AS n FROM lake.main.metrics")["n"][0] >= points:
+            while not visible_at and not stop.exists():
+                if probe.query(f"SELECT count(*) AS n FROM lake.main.metrics WHERE {ours}")["n"][0] >= points:
                     visible_at.append(time.time())
                     return
-                time.sleep(0.05)
+                time.sleep(0.1)
 
         watcher = threading.Thread(target=poll, daemon=True)
         watcher.start()
@@ -168,7 +171,7 @@ def main() -> None:
         reads, worst_read = reader.communicate(timeout=60)[0].split()
 
         counts = probe.query("SELECT count(*) AS n, count(DISTINCT (run_id, rank, key, step)) AS d "
-                             "FROM lake.main.metrics").row(0)
+                             f"FROM lake.main.metrics WHERE {ours}").row(0)
         ns_local = statistics.mean(r["ns_per_point"] for r in local)
         ns_lake = statistics.mean(r["ns_per_point"] for r in lake)
         last_log = max(r["last_log"] for r in lake)
@@ -185,7 +188,15 @@ def main() -> None:
         print(f"last log -> all rows visible in the lake: {delay:.2f} s (target <= 5)")
         snaps = probe.snapshots()["changes"].to_list()
         commits = sum("ingested_files" in c or "inlined_insert" in c or "tables_inserted_into" in c for c in snaps)
-        print(f"committer: {args.committer}; commits: {commits} snapshots with rows, conflicts retried: {conflicts}")
+        split = (f" (rows: {sum(int(r.get('conflicts_rows', 0)) for r in lake)}, "
+                 f"run metadata: {sum(int(r.get('conflicts_meta', 0)) for r in lake)})") if args.committer == "thread" else ""
+        print(f"committer: {args.committer}; commits: {commits} snapshots with rows, conflicts retried: {conflicts}{split}")
+        if args.committer == "thread":
+            spent = [r.get("commit_s", 0.0) / max(r.get("commits", 0), 1) for r in lake]
+            print(f"commit transactions: {sum(int(r.get('commits', 0)) for r in lake)}, "
+                  f"mean {statistics.mean(spent):.2f} s, slowest {max(r.get('commit_max_s', 0.0) for r in lake):.2f} s; "
+                  f"finish() incl. the last commit: mean {statistics.mean(r['finish_s'] for r in lake):.2f} s, "
+                  f"slowest {max(r['finish_s'] for r in lake):.2f} s")
         print(f"rows lost: {points - counts[1]}, rows duplicated: {counts[0] - counts[1]}")
         print(f"reader: {reads} queries, slowest {float(worst_read) * 1000:.0f} ms")
         print(f"one key's curve ({args.steps:,} points): lake {ms_lake:.1f} ms, local {ms_local:.1f} ms "

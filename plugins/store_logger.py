@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,10 @@ class StoreSession:
         if self.committer is not None:
             from tracker.store.lakerun import release
 
-            release(self.committer)  # a last commit, bounded; unreachable: the rows stay spooled
+            # a last commit, retried until shortly before finish()'s deadline; then the rows stay spooled
+            deadline = getattr(self.run, "finish_deadline", None) or time.monotonic() + self.run.logger_timeout
+            left = deadline - time.monotonic()
+            release(self.committer, timeout=max(left - 0.5, 0.5))
             return
         if os.environ.get("TRACKER_INGEST_ON_FINISH", "1") == "0":
             return

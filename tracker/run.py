@@ -213,6 +213,7 @@ class Run(Flusher):
         self._thread: threading.Thread | None = None
         self.flush_interval = float(config.get("tracker_flush_interval", FLUSH_INTERVAL_S))
         self.logger_timeout = float(config.get("tracker_logger_timeout", LOGGER_TIMEOUT_S))
+        self.finish_deadline: float | None = None  # set by finish(): loggers must have closed by then
 
     # -- public API ------------------------------------------------------------------
     @property
@@ -326,7 +327,7 @@ class Run(Flusher):
         self._finished = True
         self._stop.set()
         self._wake.set()
-        deadline = time.monotonic() + self.logger_timeout
+        deadline = self.finish_deadline = time.monotonic() + self.logger_timeout
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.logger_timeout)
         self._flush()
@@ -422,6 +423,9 @@ def _flush_live_runs() -> None:
             run.finish("crashed" if _CRASHED.is_set() else "finished")
         except Exception:  # pragma: no cover - interpreter is going away
             log.exception("tracker: final flush of run %s failed", run.run_id)
+    lakerun = sys.modules.get("tracker.store.lakerun")
+    if lakerun is not None:  # no thread may be inside DuckDB when the interpreter goes
+        lakerun.shutdown()
 
 
 _CRASHED = threading.Event()

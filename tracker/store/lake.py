@@ -8,18 +8,20 @@ Rules (see README, "Many machines"):
 * Extensions are LOADed from the ``duckdb-extension-*`` wheels by file path, with
   DuckDB's auto-install and auto-load switched off: nothing is downloaded, ever.
 * Training processes write only their local spool. :meth:`LakeStore.ingest` commits
-  every pending chunk of this host's spool in ONE transaction, recording the chunk
-  names in ``ingested_files`` in the same transaction (a chunk committed twice after a
-  crash between commit and cleanup is skipped), under a per-spool file lock (several
-  processes of one host share a spool). Conflicting committers (DuckLake 1.5 races on
+  every pending chunk of this host's spool in ONE append-only transaction, recording
+  the chunk names in ``ingested_files`` in the same transaction (a chunk committed
+  twice after a crash between commit and cleanup is skipped), under a per-spool file
+  lock (several processes of one host share a spool); then the run metadata in a
+  second transaction, batched (see :meth:`LakeStore.ingest`). Conflicting committers (DuckLake 1.5 races on
   snapshot ids, duckdb/ducklake #1094, #1283) are retried by DuckLake itself
   (``ducklake_max_retry_count`` raised to 100) and then by us, with exponential
   backoff and jitter.
 * A catalog that cannot be reached raises :class:`StoreUnavailableError`; a rejected
   password or a missing database raises :class:`StoreError` at once. Every message
   has the password masked.
-* Queries attach the lake read-only and add this host's rows still in the spool, like
-  the local store; ``snapshot=N`` reads the lake as of snapshot N (time travel) alone.
+* Queries read through one read-only attachment per process, kept between queries,
+  and add this host's rows still in the spool, like the local store; ``snapshot=N``
+  reads the lake as of snapshot N (time travel) alone.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -62,7 +65,11 @@ EXTENSIONS = (("postgres_scanner", "postgres_scanner"), ("ducklake", "ducklake")
 MAX_RETRY_COUNT = 100
 CONNECT_TIMEOUT_S = 3
 _MIGRATED: set[str] = set()
-STATS = {"commits": 0, "conflicts": 0, "unavailable": 0}
+_SHARED: dict[tuple[int, str], duckdb.DuckDBPyConnection] = {}  # (pid, lake) -> read-only attachment
+_SHARED_LOCK = threading.Lock()
+_META_SENT: dict[tuple[str, Path], tuple[str, float]] = {}  # (lake, spool) -> (shape, when) of the last metadata commit
+STATS = {"commits": 0, "conflicts": 0, "conflicts_rows": 0, "conflicts_meta": 0, "unavailable": 0,
+         "commit_s": 0.0, "commit_max_s": 0.0, "final_commit_s": 0.0}
 
 _UNAVAILABLE = ("connection refused", "could not connect", "timeout expired", "server closed the connection",
                 "could not translate host name", "no route to host", "connection timed out",
@@ -233,15 +240,19 @@ class LakeStore(Store):
         finally:
             con.close()
 
-    def _retrying(self, work: Any, con: duckdb.DuckDBPyConnection, attempts: int = 8) -> Any:
+    def _retrying(self, work: Any, con: duckdb.DuckDBPyConnection, attempts: int = 8, what: str = "") -> Any:
         """Run ``work(con)`` in a transaction; retry conflicts with exponential backoff and jitter."""
         delay = 0.05
         for attempt in range(attempts):
+            start = time.perf_counter()
             con.execute("BEGIN")
             try:
                 out = work(con)
                 con.execute("COMMIT")
+                spent = time.perf_counter() - start
                 STATS["commits"] += 1
+                STATS["commit_s"] += spent
+                STATS["commit_max_s"] = max(STATS["commit_max_s"], spent)
                 return out
             except duckdb.Error as exc:
                 with contextlib.suppress(duckdb.Error):
@@ -249,6 +260,8 @@ class LakeStore(Store):
                 if not _is_conflict(exc) or attempt == attempts - 1:
                     raise
                 STATS["conflicts"] += 1
+                if what:
+                    STATS[f"conflicts_{what}"] += 1
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 2.0)
         raise AssertionError("unreachable")
@@ -274,8 +287,18 @@ class LakeStore(Store):
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
-    def ingest(self, timeout: float | None = None, con: duckdb.DuckDBPyConnection | None = None) -> IngestReport:
-        """Commit this host's pending spool chunks into the lake in one transaction (idempotent).
+    def ingest(self, timeout: float | None = None, con: duckdb.DuckDBPyConnection | None = None,
+               final: bool = True) -> IngestReport:
+        """Commit this host's pending spool chunks into the lake (idempotent).
+
+        Two transactions: the rows (appends only, with their chunk names in
+        ``ingested_files``), then the run metadata (runs, segments, classes, hosts:
+        DELETE + INSERT). Appends of several hosts do not conflict in DuckLake; deletes
+        do, so a live run's metadata is committed at once only when something other
+        than its progress changed (a new run, segment, status or class list), and its
+        progress (``end_step``, ``updated_at``) at most every ``TRACKER_LAKE_META_INTERVAL``
+        seconds (default 5), or now when ``final``. Rows go first, so the lake's
+        segments never claim rows that are not in it.
 
         ``con``: a connection from :meth:`attach` kept by a committer between commits
         (attaching costs a second on a busy machine); None: attach and close here.
@@ -287,24 +310,43 @@ class LakeStore(Store):
                     tmp.unlink()
             files = spool.data_files(self.home)
             fingerprint = spool.meta_fingerprint(self.home)
-            if not files and self._meta_committed(fingerprint):
+            meta_due = not self._meta_committed(fingerprint)
+            if not files and not meta_due:
                 return report
             own = con is None
             con = self.attach(read_only=False, timeout=timeout) if con is None else con
             try:
                 done = self._already_ingested(con, files)
                 todo = self._set_aside_corrupt([f for f in files if _file_key(f) not in done], report)
-                report.rows = self._retrying(lambda c: self._commit(c, todo), con)
+                if todo:
+                    report.rows = self._retrying(lambda c: self._commit_rows(c, todo), con, what="rows")
+                report.files = len(todo)
+                for p in files:  # all in the lake now
+                    with contextlib.suppress(OSError):
+                        p.unlink()
+                if meta_due:
+                    tables = host_meta(self.home)
+                    shape = _meta_shape(tables)
+                    last = _META_SENT.get((self.setting.key(), self.home))
+                    interval = float(os.environ.get("TRACKER_LAKE_META_INTERVAL", "5"))
+                    if final or last is None or last[0] != shape or time.monotonic() - last[1] >= interval:
+                        pending = len(files) - len(done) - len(todo)
+                        try:  # between two runs' rows, a conflict just waits for the next commit
+                            self._retrying(lambda c: self._commit_meta(c, tables, pending), con,
+                                           attempts=8 if final else 1, what="meta")
+                        except duckdb.Error as exc:
+                            if final or not _is_conflict(exc):
+                                raise
+                            STATS["conflicts"] += 1
+                            STATS["conflicts_meta"] += 1
+                        else:
+                            self._meta_committed(fingerprint, record=True)
+                            _META_SENT[(self.setting.key(), self.home)] = (shape, time.monotonic())
             except duckdb.Error as exc:
                 raise classify(self.setting, exc) from None
             finally:
                 if own:
                     con.close()
-            self._meta_committed(fingerprint, record=True)
-            report.files = len(todo)
-            for p in files:
-                with contextlib.suppress(OSError):
-                    p.unlink()
         return report
 
     def _meta_committed(self, fingerprint: str, record: bool = False) -> bool:
@@ -322,10 +364,26 @@ class LakeStore(Store):
         except OSError:
             return False
 
-    def _commit(self, con: duckdb.DuckDBPyConnection, todo: list[Path]) -> int:
+    def _commit_rows(self, con: duckdb.DuckDBPyConnection, todo: list[Path]) -> int:
         done = self._already_ingested(con, todo)  # again inside the transaction
         todo = [p for p in todo if _file_key(p) not in done]
-        for (name, keys), table in zip(META_TABLES, host_meta(self.home)):
+        if not todo:
+            return 0
+        for table in spool.TABLES:
+            paths = [str(p) for p in todo if spool.table_of(p) == table]
+            if paths:
+                cols = ", ".join(spool.SCHEMAS[table].names)
+                # no ORDER BY: sorting was 3/4 of a commit's CPU, and a key's curve reads as fast
+                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?)", [paths])
+        counts = [pq.read_metadata(p).num_rows for p in todo]
+        con.register("_ingest", pa.table({"name": [_file_key(p) for p in todo],
+                                           "run_id": [p.parent.name for p in todo], "rows": counts}))
+        con.execute("INSERT INTO ingested_files SELECT name, run_id, rows, now() FROM _ingest")
+        con.unregister("_ingest")
+        return sum(counts)
+
+    def _commit_meta(self, con: duckdb.DuckDBPyConnection, tables: tuple[pa.Table, ...], pending: int) -> None:
+        for (name, keys), table in zip(META_TABLES, tables):
             if table.num_rows == 0:
                 continue
             con.register("_meta", table)
@@ -340,26 +398,9 @@ class LakeStore(Store):
                 con.execute(f"DELETE FROM {name} WHERE EXISTS (SELECT 1 FROM _meta s WHERE {on})")
                 con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM _meta")
             con.unregister("_meta")
-        for table in spool.TABLES:
-            paths = [str(p) for p in todo if spool.table_of(p) == table]
-            if paths:
-                cols = ", ".join(spool.SCHEMAS[table].names)
-                order = "run_id, key, step" if table != "events" else "run_id, step"
-                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?) ORDER BY {order}",
-                            [paths])
-        rows = 0
-        if todo:
-            counts = [pq.read_metadata(p).num_rows for p in todo]
-            con.register("_ingest", pa.table({"name": [_file_key(p) for p in todo],
-                                               "run_id": [p.parent.name for p in todo], "rows": counts}))
-            con.execute("INSERT INTO ingested_files SELECT name, run_id, rows, now() FROM _ingest")
-            con.unregister("_ingest")
-            rows = sum(counts)
         host = socket.gethostname()
         con.execute("DELETE FROM hosts WHERE host = ? AND home = ?", [host, str(self.home)])
-        pending = len(spool.data_files(self.home)) - len(todo)
         con.execute("INSERT INTO hosts VALUES (?, ?, ?, now())", [host, str(self.home), max(pending, 0)])
-        return rows
 
     # -- queries -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -367,11 +408,17 @@ class LakeStore(Store):
                memory_limit: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection to the lake plus this host's spool rows (or snapshot ``N`` alone).
 
-        ``safe`` and ``memory_limit`` as for the local store's reader (user-typed SQL)."""
+        ``safe`` and ``memory_limit`` as for the local store's reader (user-typed SQL).
+        Plain readers share one attached connection per process (attaching costs a few
+        hundred ms; each query is its own transaction and sees the newest snapshot);
+        ``safe`` and snapshot readers attach their own."""
         with contextlib.ExitStack() as stack:
             if snapshot is None:  # the committer must not remove spool files this reader lists
                 stack.enter_context(self._spool_lock(shared=True))
-            con = stack.enter_context(contextlib.closing(self.attach(read_only=True, snapshot=snapshot)))
+            if snapshot is None and not safe:
+                con = stack.enter_context(contextlib.closing(self._shared_cursor()))
+            else:
+                con = stack.enter_context(contextlib.closing(self.attach(read_only=True, snapshot=snapshot)))
             try:
                 if snapshot is None:
                     files = spool.data_files(self.home)
@@ -379,8 +426,33 @@ class LakeStore(Store):
                 if safe:
                     lock_down(con, memory_limit)
             except duckdb.Error as exc:
-                raise classify(self.setting, exc) from None
+                raise self._failed(exc) from None
             yield con
+
+    def _shared_cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor on this process's cached read-only attachment of the lake."""
+        key = (os.getpid(), self.setting.key())
+        with _SHARED_LOCK:
+            base = _SHARED.get(key)
+            if base is None:
+                base = _SHARED[key] = self.attach(read_only=True)
+        try:
+            con = base.cursor()
+            con.execute(f"USE {ALIAS}")
+            return con
+        except duckdb.Error as exc:
+            raise self._failed(exc) from None
+
+    def _failed(self, exc: BaseException) -> StoreError:
+        """``classify(exc)``; an unreachable catalog also drops the cached attachment."""
+        found = classify(self.setting, exc)
+        if isinstance(found, StoreUnavailableError):
+            with _SHARED_LOCK:
+                base = _SHARED.pop((os.getpid(), self.setting.key()), None)
+            if base is not None:
+                with contextlib.suppress(duckdb.Error):
+                    base.close()
+        return found
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
               snapshot: int | None = None) -> pl.DataFrame:
@@ -390,7 +462,7 @@ class LakeStore(Store):
             try:
                 return con.execute(sql, params).pl() if params is not None else con.execute(sql).pl()
             except duckdb.Error as exc:
-                found = classify(self.setting, exc)
+                found = self._failed(exc)
                 if isinstance(found, StoreUnavailableError):
                     raise found from None
                 raise StoreError(f"query failed: {self.setting.scrub(str(exc)).splitlines()[0]}\n"
@@ -482,6 +554,27 @@ class LakeStore(Store):
         if folder.exists():
             shutil.rmtree(folder)
         return n
+
+
+def release_shared() -> None:
+    """Close this process's cached read-only attachments of every lake (and their catalog connections)."""
+    with _SHARED_LOCK:
+        found = list(_SHARED.values())
+        _SHARED.clear()
+    for con in found:
+        with contextlib.suppress(duckdb.Error):
+            con.close()
+
+
+def _meta_shape(tables: tuple[pa.Table, ...]) -> str:
+    """A digest of run metadata without its progress columns (``updated_at``, ``end_step``)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for table in tables:
+        kept = [c for c in table.column_names if c not in ("updated_at", "end_step")]
+        h.update(repr(table.select(kept).to_pydict()).encode())
+    return h.hexdigest()
 
 
 def host_meta(home: Path) -> tuple[pa.Table, pa.Table, pa.Table]:

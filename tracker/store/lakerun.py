@@ -14,12 +14,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import random
 import threading
 import time
+import weakref
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from tracker.store.settings import current
 log = logging.getLogger("tracker.store.lake")
 
 _COMMITTERS: dict[Path, "Committer"] = {}
+_STARTED: "weakref.WeakSet[Committer]" = weakref.WeakSet()
 _HANDOFF: dict[Path, Any] = {}  # connections attached by init, for the committer to start with
 _LOCK = threading.Lock()
 MAX_BACKOFF_S = 8.0
@@ -112,33 +115,67 @@ class Committer:
         self.failed_with: str | None = None
         self._con: Any = None
         self._stop = threading.Event()
+        self._deadline = 0.0
+        self._abandoned = False
         self._thread = threading.Thread(target=self._loop, name=f"tracker-lake-commit-{home.name}", daemon=True)
 
     def start(self) -> None:
+        _STARTED.add(self)
         self._thread.start()
 
     def stop(self, timeout: float = 120.0) -> None:
-        """Stop the thread after one last commit attempt (bounded by ``timeout``)."""
+        """Stop the thread after a last commit, retried until it succeeds or ``timeout`` passes."""
+        from tracker.store.lake import STATS
+
+        start = time.monotonic()
+        self._deadline = start + timeout
         self._stop.set()
         self._thread.join(timeout)
+        STATS["final_commit_s"] = time.monotonic() - start
         if self._thread.is_alive():
+            self.abandon(wait=0.3)
             log.warning("tracker: the last commit of %s into the lake is still running after %.0f s; "
                         "uncommitted rows stay in the spool for the next commit", self.home, timeout)
+
+    def abandon(self, wait: float = 5.0) -> None:
+        """Interrupt a commit still running (its rows stay spooled) and wait for the thread.
+
+        A thread inside DuckDB when the interpreter exits brings the process down with
+        it; ``tracker`` calls this at exit for every committer still alive."""
+        self._stop.set()
+        self._deadline = 0.0
+        self._abandoned = True
+        con = self._con
+        if con is not None:
+            with contextlib.suppress(Exception):
+                con.interrupt()
+        self._thread.join(wait)
 
     def _loop(self) -> None:
         wait = self.interval
         while True:
             stopping = self._stop.wait(wait)
-            ok = self.commit_once()
+            ok = self.commit_once(final=stopping)
             if stopping:
+                # the last rows: retry conflicts; an unreachable catalog leaves them spooled at once
+                while not ok and self.down_since is None and time.monotonic() < self._deadline:
+                    time.sleep(min(1.0, max(self._deadline - time.monotonic(), 0.0)) * random.random())
+                    ok = self.commit_once(final=True)
+                self._close()
                 return
             wait = self.interval if ok else min(max(wait, self.interval) * 2, MAX_BACKOFF_S) * (0.5 + random.random())
 
-    def _commit(self) -> None:
+    def _close(self) -> None:
+        if self._con is not None:
+            with contextlib.suppress(Exception):
+                self._con.close()
+            self._con = None
+
+    def _commit(self, final: bool) -> None:
         from tracker.store.lake import LakeStore
 
         setting = current()
-        if setting is None:
+        if setting is None or self._abandoned:  # interrupted at exit: no new commit
             return
         store = LakeStore(self.home, setting)
         try:
@@ -146,23 +183,18 @@ class Committer:
                 with _LOCK:
                     self._con = _HANDOFF.pop(self.home, None) or store.attach(read_only=False)
                 self._con.execute("SET threads = 1")  # leave the other cores to training
-            store.ingest(con=self._con)
+            if not self._abandoned:  # abandon() may have come while attaching
+                store.ingest(con=self._con, final=final)
         except StoreError:
-            if self._con is not None:
-                self._con.close()
-                self._con = None
+            self._close()
             raise
-        finally:
-            if self._stop.is_set() and self._con is not None:
-                self._con.close()
-                self._con = None
 
-    def commit_once(self) -> bool:
+    def commit_once(self, final: bool = True) -> bool:
         """One commit; returns False while the catalog is unreachable or the commit failed."""
         from tracker.store.lake import STATS
 
         try:
-            self._commit()
+            self._commit(final)
         except StoreUnavailableError as exc:
             STATS["unavailable"] += 1
             if self.down_since is None:
@@ -170,6 +202,8 @@ class Committer:
                 log.warning("tracker: %s; retrying with backoff (this warning is not repeated)", exc)
             return False
         except StoreError as exc:
+            if self._abandoned:  # interrupted at exit: stop() already said the rows stay spooled
+                return False
             if str(exc) != self.failed_with:
                 self.failed_with = str(exc)
                 log.warning("tracker: committing %s into the lake failed: %s; retrying", self.home, exc)
@@ -208,8 +242,9 @@ def acquire(home: Path) -> Committer | _Follower | None:
         return committer
 
 
-def release(committer: Committer | _Follower | None) -> None:
-    """Drop one user of ``committer``; the last one stops it after a final commit."""
+def release(committer: Committer | _Follower | None, timeout: float = 120.0) -> None:
+    """Drop one user of ``committer``; the last one stops it after a final commit
+    (retried for at most ``timeout`` seconds; then the rows stay spooled)."""
     if not isinstance(committer, Committer):
         return
     with _LOCK:
@@ -217,7 +252,14 @@ def release(committer: Committer | _Follower | None) -> None:
         if committer.users > 0:
             return
         _COMMITTERS.pop(committer.home, None)
-    committer.stop()
+    committer.stop(timeout)
+
+
+def shutdown() -> None:
+    """At interpreter exit: interrupt every commit still running (their rows stay spooled)."""
+    for committer in list(_STARTED):
+        if committer._thread.is_alive():
+            committer.abandon()
 
 
 def follow(home: Path, interval: float = 1.0, stop: threading.Event | None = None) -> None:
@@ -226,7 +268,8 @@ def follow(home: Path, interval: float = 1.0, stop: threading.Event | None = Non
     stop = stop or threading.Event()
     wait = interval
     while not stop.wait(wait):
-        ok = committer.commit_once()
+        ok = committer.commit_once(final=False)
         wait = interval if ok else min(max(wait, interval) * 2, MAX_BACKOFF_S) * (0.5 + random.random())
     committer._stop.set()
     committer.commit_once()
+    committer._close()

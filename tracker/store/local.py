@@ -26,6 +26,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -583,9 +584,13 @@ def _segments_table(segs: list[SegmentInfo]) -> pa.Table:
 
 
 def release() -> None:
-    """Close this process's idle cached reader now (before another tool opens the file)."""
+    """Close this process's idle cached reader now (before another tool opens the file),
+    and its cached attachments of a lake."""
     with _PROCESS_LOCK:
         _READERS.drop()
+    lake = sys.modules.get("tracker.store.lake")
+    if lake is not None:
+        lake.release_shared()
 
 
 def open_store(home: str | os.PathLike[str] | None = None) -> Store:

@@ -78,6 +78,9 @@ def lake(pg: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     for committer in list(lakerun._COMMITTERS.values()):
         committer.users = 1
         lakerun.release(committer)
+    from tracker.store.lake import release_shared
+
+    release_shared()
     settings.use(None, None)
     if not pg.running():
         pg.start()
