@@ -7,10 +7,11 @@ Rules:
 
 * Inputs are (N, C) C-contiguous float32 or float16 logits with targets of the
   same dtype or float32; arithmetic and accumulation are float32.
-* Two ways to reach memory, same results: ``texel`` reads inputs through uniform
-  texel buffers (the view's float16/float32 format converts) and reads/writes the
-  gradient, elementwise loss and partial sums through storage texel buffers of a
-  declared float32 format (one shader per classes-per-invocation, 4, 2 or 1);
+* Two ways to reach memory, same results: ``texel`` reads inputs, and the gradient
+  it adds to, through uniform texel buffers (the view's float16/float32 format
+  converts) and writes the gradient, elementwise loss and partial sums through
+  storage texel buffers of a declared float32 format (one shader per
+  classes-per-invocation, 4, 2 or 1);
   ``storage`` uses storage buffers (float16 through 16-bit storage). ``texel`` is
   the default where the device supports the formats: on lavapipe a texel access is
   a vector gather while a storage-buffer access is a per-lane loop, several times
@@ -396,7 +397,7 @@ class _ChunkIO:
             return {0: x, 1: y, 2: g, 3: lo}
         out = _FORMATS[(4, classes)]
         return {0: texel(x, _FORMATS[(xs, classes)]), 1: texel(y, _FORMATS[(ys, classes)]), 2: texel(g, out),
-                3: texel(lo, out)}
+                3: texel(lo, out), 8: texel(g, out)}
 
     def shared(self, weight: Buffer | BufferRange, pos_weight: Buffer | BufferRange | None,
                parts: _Partials) -> dict[int, Any]:

@@ -13,8 +13,11 @@
 //
 // The includer defines TEXEL (0 or 1) and POS_WEIGHT (0 or 1). TEXEL reads
 // logits, targets and weights as uniform texel buffers whose format (r/rg/rgba,
-// 16 or 32-bit float, chosen by the host) converts to float32, and reads/writes
-// the gradient, the elementwise loss and the partial sums as storage texel buffers
+// 16 or 32-bit float, chosen by the host) converts to float32, reads the gradient
+// it adds to through a uniform texel view as well (binding 8, the same range as
+// binding 2: each invocation reads its texels before writing them, and lavapipe's
+// texel fetch is a third cheaper than an image load), and writes the gradient, the
+// elementwise loss and the partial sums as storage texel buffers
 // of the float32 format matching K (TEXEL_K, OUT_FORMAT, COUNT_FORMAT; declared
 // formats keep lavapipe on its fast path). On lavapipe texel accesses are vector
 // gathers, several times cheaper than storage-buffer accesses (a per-lane loop).
@@ -54,7 +57,8 @@ layout(push_constant, std430) uniform Params {
 #if TEXEL
 layout(set = 0, binding = 0) uniform samplerBuffer logits;
 layout(set = 0, binding = 1) uniform samplerBuffer targets;
-layout(set = 0, binding = 2, OUT_FORMAT) uniform restrict imageBuffer grad;
+layout(set = 0, binding = 2, OUT_FORMAT) uniform restrict writeonly imageBuffer grad;
+layout(set = 0, binding = 8) uniform samplerBuffer grad_in;  // the same range as grad, read as a texel fetch
 layout(set = 0, binding = 3, OUT_FORMAT) uniform restrict writeonly imageBuffer loss_out;
 layout(set = 0, binding = 4) uniform samplerBuffer weight;
 layout(set = 0, binding = 6, OUT_FORMAT) uniform restrict writeonly imageBuffer part_sum;
@@ -77,7 +81,7 @@ void store_partials(uint p, vec4 sums, uvec4 counts) {
 void store_outputs(uint i, vec4 l, vec4 g) {
     int t = int(i / K);
     if (GRAD_MODE == GRAD_ADD) {
-        imageStore(grad, t, imageLoad(grad, t) + g * pc.grad_scale);
+        imageStore(grad, t, texelFetch(grad_in, t) + g * pc.grad_scale);
     } else if (GRAD_MODE == GRAD_STORE) {
         imageStore(grad, t, g * pc.grad_scale);
     }

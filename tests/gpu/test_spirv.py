@@ -51,9 +51,11 @@ def test_texel_buffers_are_bindings() -> None:
     r = spirv.reflect(shader_path("bce_texel4"))
     kinds = {b: blk.kind for (_, b), blk in r.bindings.items()}
     assert kinds == {0: "uniform_texel", 1: "uniform_texel", 2: "storage_texel", 3: "storage_texel",
-                     4: "uniform_texel", 5: "uniform_texel", 6: "storage_texel", 7: "storage_texel"}
+                     4: "uniform_texel", 5: "uniform_texel", 6: "storage_texel", 7: "storage_texel",
+                     8: "uniform_texel"}
     assert r.binding(0).readonly and r.binding(0).variable == "logits"
-    assert not r.binding(2).writeonly and not r.binding(2).readonly  # the gradient is read and written
+    # the gradient is read through a uniform texel view (8) and written through a storage one (2)
+    assert r.binding(2).writeonly and r.binding(8).variable == "grad_in"
     assert r.binding(3).writeonly and not r.binding(3).readonly
     assert r.binding(2).size == 0
 
