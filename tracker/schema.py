@@ -13,7 +13,9 @@ Tables (documented in README's "The store" section):
 
 Views: ``curves`` and ``class_curves`` (visible rows only: a row of segment s is hidden
 when a later segment of the same run and rank starts at or before its step),
-``hidden_metrics`` (the superseded rows), ``segment_bounds`` and ``run_summary``.
+``hidden_metrics`` (the superseded rows), ``segment_bounds`` (``hidden_from``: the
+step from which a later segment hides this one's rows; NULL when none does) and
+``run_summary``.
 The view SQL names tables unqualified, so the same text serves the database file
 (for any SQL client) and a query connection's temp views that add the spool's rows.
 """
@@ -26,7 +28,6 @@ import duckdb
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
 MIGRATIONS: list[tuple[str, Migration]] = []
-MAX_STEP = 9223372036854775807
 
 
 def migration(fn: Migration) -> Migration:
@@ -58,30 +59,30 @@ TABLES_SQL = {
 }
 
 VIEWS_SQL = {
-    "segment_bounds": f"""
+    "segment_bounds": """
         SELECT run_id, rank, segment, start_step,
-               coalesce(min(start_step) OVER (
+               min(start_step) OVER (
                    PARTITION BY run_id, rank ORDER BY segment
-                   ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING), {MAX_STEP}) AS hidden_from
+                   ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS hidden_from
         FROM segments""",
-    "curves": f"""
+    "curves": """
         SELECT m.run_id, m.rank, m.segment, m.step, m.key, m.value, m.wall_time
         FROM metrics m LEFT JOIN segment_bounds b
           ON m.run_id = b.run_id AND m.rank = b.rank AND m.segment = b.segment
-        WHERE m.step < coalesce(b.hidden_from, {MAX_STEP})""",
+        WHERE b.hidden_from IS NULL OR m.step < b.hidden_from""",
     "hidden_metrics": """
         SELECT m.run_id, m.rank, m.segment, m.step, m.key, m.value, m.wall_time, b.hidden_from
         FROM metrics m JOIN segment_bounds b
           ON m.run_id = b.run_id AND m.rank = b.rank AND m.segment = b.segment
         WHERE m.step >= b.hidden_from""",
-    "class_curves": f"""
+    "class_curves": """
         SELECT m.run_id, m.rank, m.segment, m.step, m.key, m.class_index,
                coalesce(c.name, CAST(m.class_index AS VARCHAR)) AS class_name, m.value, m.wall_time
         FROM class_metrics m
         LEFT JOIN segment_bounds b
           ON m.run_id = b.run_id AND m.rank = b.rank AND m.segment = b.segment
         LEFT JOIN classes c ON c.run_id = m.run_id AND c.class_index = m.class_index
-        WHERE m.step < coalesce(b.hidden_from, {MAX_STEP})""",
+        WHERE b.hidden_from IS NULL OR m.step < b.hidden_from""",
     "run_summary": """
         SELECT r.run_id, r.project, r.name, r.status, r.created_at, r.updated_at,
                date_diff('millisecond', r.created_at, r.updated_at) / 1000.0 AS duration_s,
@@ -107,6 +108,14 @@ def m001_initial(con: duckdb.DuckDBPyConnection) -> None:
 def m002_spool_state(con: duckdb.DuckDBPyConnection) -> None:
     """Remember the spool metadata last ingested, so readers can skip the spool when current."""
     con.execute("CREATE TABLE IF NOT EXISTS spool_state (id INTEGER PRIMARY KEY, fingerprint VARCHAR)")
+
+
+@migration
+def m003_views_without_a_step_sentinel(con: duckdb.DuckDBPyConnection) -> None:
+    """``segment_bounds.hidden_from`` is NULL where no later segment hides anything (it was
+    2**63 - 1, which hid a row logged at that very step)."""
+    for name, sql in VIEWS_SQL.items():
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -30,7 +30,6 @@ import polars as pl
 
 from tracker.analysis.smoothing import ema
 from tracker.errors import ConfigError, StoreError
-from tracker.schema import MAX_STEP
 from tracker.store import Store
 from webui.downsample import downsample
 
@@ -317,7 +316,7 @@ def curve_context(src: Source, run_ids: Sequence[str], wanted: str | None = None
 def hides_rows(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> bool:
     """Did a resume of any of ``run_ids`` supersede rows? (If not, the views equal the tables.)"""
     cond, params = one_of("run_id", run_ids)
-    row = con.execute(f"SELECT count(*) FROM segment_bounds WHERE {cond} AND hidden_from < {MAX_STEP}",
+    row = con.execute(f"SELECT count(*) FROM segment_bounds WHERE {cond} AND hidden_from IS NOT NULL",
                       params).fetchone()
     return bool(row and row[0])
 

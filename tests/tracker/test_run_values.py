@@ -84,3 +84,46 @@ def test_event_after_finish_raises_like_log() -> None:
     with pytest.raises(RunError, match="finished"):
         run.log({"loss": 1.0})
     assert _stored("SELECT message FROM events") == [("before",)]
+
+
+def test_a_row_at_the_largest_step_is_visible_in_the_views() -> None:
+    run = tracker.init("p", run_id="edge", config={"analysis": False})
+    run.log({"loss": 1.0}, step=2**63 - 1)
+    run.log_classes("loss/cls", [1.0, 2.0], step=2**63 - 1)
+    run.finish()
+    assert _stored("SELECT step FROM curves") == [(2**63 - 1,)]
+    assert _stored("SELECT count(*) FROM class_curves WHERE step = 9223372036854775807") == [(2,)]
+    assert _stored("SELECT hidden_from FROM segment_bounds") == [(None,)]  # nothing hides it
+    assert _stored("SELECT count(*) FROM hidden_metrics") == [(0,)]
+
+
+def test_a_store_with_the_old_views_is_migrated(home) -> None:  # type: ignore[no-untyped-def]
+    import duckdb
+
+    from tracker import schema
+    from tracker.store import Store, release
+
+    run = tracker.init("p", run_id="edge", config={"analysis": False})
+    run.log({"loss": 1.0}, step=2**63 - 1)
+    run.finish()
+    Store().ingest()
+    release()
+    with duckdb.connect(str(home / "tracker.duckdb")) as con:  # the views as the previous release made them
+        con.execute("CREATE OR REPLACE VIEW segment_bounds AS SELECT run_id, rank, segment, start_step, "
+                    "coalesce(min(start_step) OVER (PARTITION BY run_id, rank ORDER BY segment ROWS BETWEEN "
+                    "1 FOLLOWING AND UNBOUNDED FOLLOWING), 9223372036854775807) AS hidden_from FROM segments")
+        con.execute("CREATE OR REPLACE VIEW curves AS SELECT m.* FROM metrics m LEFT JOIN segment_bounds b "
+                    "ON m.run_id = b.run_id AND m.rank = b.rank AND m.segment = b.segment "
+                    "WHERE m.step < coalesce(b.hidden_from, 9223372036854775807)")
+        con.execute("DELETE FROM schema_migrations WHERE name = 'm003_views_without_a_step_sentinel'")
+        assert con.execute("SELECT count(*) FROM curves").fetchone() == (0,)  # the old bug
+    from tracker.store import local
+
+    local._MIGRATED.clear()
+    assert _stored("SELECT step FROM curves") == [(2**63 - 1,)]
+    release()
+    with duckdb.connect(str(home / "tracker.duckdb"), read_only=True) as con:  # for any SQL client too
+        assert con.execute("SELECT count(*) FROM curves").fetchone() == (1,)
+        assert "m003_views_without_a_step_sentinel" in {r[0] for r in con.execute(
+            "SELECT name FROM schema_migrations").fetchall()}
+    assert schema.MIGRATIONS[-1][0] == "m003_views_without_a_step_sentinel"

@@ -65,6 +65,7 @@ EXTENSIONS = (("postgres_scanner", "postgres_scanner"), ("ducklake", "ducklake")
 MAX_RETRY_COUNT = 100
 CONNECT_TIMEOUT_S = 3
 _MIGRATED: set[str] = set()
+LAKE_VIEWS = "views-m003"  # schema_migrations row: the lake's views are those of schema.m003
 _SHARED: dict[tuple[int, str], duckdb.DuckDBPyConnection] = {}  # (pid, lake) -> read-only attachment
 _SHARED_LOCK = threading.Lock()
 _META_SENT: dict[tuple[str, Path], tuple[str, float]] = {}  # (lake, spool) -> (shape, when) of the last metadata commit
@@ -221,12 +222,18 @@ class LakeStore(Store):
         have = {r[0] for r in con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_catalog = ?", [ALIAS]).fetchall()}
         wanted = {*schema.TABLES_SQL, *schema.VIEWS_SQL, "spool_state", "hosts", "schema_migrations"}
-        if wanted <= have:
-            _MIGRATED.add(self.setting.key())
-            return
-        if read_only:
-            raise StoreError(f"the lake {self.setting.masked()} has no tracker tables yet; run `tracker lake init`")
-        self._retrying(lambda c: [c.execute(s) for s in lake_ddl()], con)
+        if not wanted <= have:
+            if read_only:
+                raise StoreError(f"the lake {self.setting.masked()} has no tracker tables yet; "
+                                 "run `tracker lake init`")
+            self._retrying(lambda c: [c.execute(s) for s in lake_ddl()], con)
+        done = {r[0] for r in con.execute("SELECT DISTINCT name FROM schema_migrations").fetchall()}
+        if LAKE_VIEWS not in done:  # views of an older release: re-create them (a reader waits for a writer)
+            if read_only:
+                return
+            self._retrying(lambda c: [c.execute(s) for s in (
+                *(f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in schema.VIEWS_SQL.items()),
+                f"INSERT INTO schema_migrations VALUES ('{LAKE_VIEWS}', now())")], con)
         _MIGRATED.add(self.setting.key())
 
     def init(self) -> list[str]:

@@ -133,3 +133,24 @@ def test_exit_while_a_commit_runs_ends_the_process_cleanly(lake, tmp_path: Path)
     assert spool.data_files(host)  # the rows stay in the spool ...
     LakeStore(host).ingest()  # ... for the next commit
     assert _lake("SELECT count(*) FROM lake.main.metrics WHERE key = 'a'") == [(20,)]
+
+
+def test_a_lake_with_the_old_views_is_migrated_by_the_next_writer(lake, home: Path) -> None:  # type: ignore[no-untyped-def]
+    from tracker.store.lake import LAKE_VIEWS, _MIGRATED
+
+    store = LakeStore()
+    store.init()
+    with store.connect(write=True) as con:  # the views as the previous release made them
+        con.execute("CREATE OR REPLACE VIEW segment_bounds AS SELECT run_id, rank, segment, start_step, "
+                    "coalesce(min(start_step) OVER (PARTITION BY run_id, rank ORDER BY segment ROWS BETWEEN "
+                    "1 FOLLOWING AND UNBOUNDED FOLLOWING), 9223372036854775807) AS hidden_from FROM segments")
+        con.execute(f"DELETE FROM schema_migrations WHERE name = '{LAKE_VIEWS}'")
+    _MIGRATED.clear()
+    with LakeStore(Path("/nonexistent-spool")).connect() as con:  # a reader leaves them alone
+        assert con.execute("SELECT count(*) FROM schema_migrations WHERE name = ?", [LAKE_VIEWS]).fetchone() == (0,)
+    run = tracker.init("p", run_id="edge", config={"analysis": False})
+    run.log({"loss": 1.0}, step=2**63 - 1)
+    run.finish()  # its committer attaches for writing: the views are re-created
+    LakeStore(home).ingest()
+    assert _lake("SELECT step FROM lake.main.curves") == [(2**63 - 1,)]
+    assert _lake("SELECT hidden_from FROM lake.main.segment_bounds") == [(None,)]
