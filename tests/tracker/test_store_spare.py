@@ -84,3 +84,14 @@ def test_exiting_while_the_spare_is_being_made_is_clean(tmp_path: Path) -> None:
     for _ in range(10):
         out = _python("import tracker.store.local", tmp_path)
         assert out.returncode == 0, out.stderr
+
+
+def test_a_migration_on_the_read_path_leaves_no_write_ahead_log(stored: Path) -> None:
+    import duckdb
+
+    with duckdb.connect(str(stored / "tracker.duckdb")) as con:  # as if the file were older
+        con.execute("DELETE FROM schema_migrations WHERE name = 'm003_views_without_a_step_sentinel'")
+    assert not (stored / "tracker.duckdb.wal").exists()
+    out = _python("import tracker; print(tracker.query('SELECT count(*) AS n FROM curves')['n'][0])", stored)
+    assert out.stdout.split() == ["50"], out.stderr  # the process exits with its reader still cached
+    assert not (stored / "tracker.duckdb.wal").exists()  # else every later read-only open replays it

@@ -281,11 +281,15 @@ class Store:
         if self.path not in _MIGRATED:
             try:
                 if write:
-                    schema.migrate(con)
+                    applied = schema.migrate(con)
                 elif not schema.is_current(con):
                     con.close()
                     con = self._open(True, timeout)
-                    schema.migrate(con)
+                    applied = schema.migrate(con)
+                else:
+                    applied = []
+                if applied:  # into the file at once, not left in the write-ahead log
+                    con.execute("CHECKPOINT")
             except Exception:
                 con.close()
                 raise
@@ -301,6 +305,9 @@ class Store:
             try:
                 yield con
             finally:
+                if write:  # fold the write-ahead log into the file now: every read-only open replays it
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("CHECKPOINT")
                 con.close()
 
     def _open(self, write: bool, timeout: float | None) -> duckdb.DuckDBPyConnection:
