@@ -15,20 +15,20 @@ import importlib
 import os
 from typing import Any, Sequence
 
-_LOCAL_NAMES = {
-    "_MIGRATED", "_PROCESS_LOCK", "_READERS", "DB_NAME", "META_TABLES", "STALE_HEARTBEAT_S",
-    "IngestReport", "Store", "inline_params", "open_store", "release", "spool_meta",
+_NAMES = {
+    **dict.fromkeys(("_MIGRATED", "_PROCESS_LOCK", "_READERS", "DB_NAME", "IngestReport", "Store", "open_store",
+                     "release"), "tracker.store.local"),
+    **dict.fromkeys(("META_TABLES", "STALE_HEARTBEAT_S", "spool_meta"), "tracker.store.spoolmeta"),
+    "inline_params": "tracker.store.sqltext",
+    "LakeStore": "tracker.store.lake",
 }
-_LAKE_NAMES = {"LakeStore"}
 
-__all__ = sorted({*_LOCAL_NAMES - {"_MIGRATED", "_PROCESS_LOCK", "_READERS"}, *_LAKE_NAMES, "query"})
+__all__ = sorted({*(n for n in _NAMES if not n.startswith("_")), "query"})
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LOCAL_NAMES:
-        return getattr(importlib.import_module("tracker.store.local"), name)
-    if name in _LAKE_NAMES:
-        return getattr(importlib.import_module("tracker.store.lake"), name)
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
     raise AttributeError(f"module 'tracker.store' has no attribute {name!r}")
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib
 import logging
 import os
 import random
@@ -45,24 +44,15 @@ import pyarrow.parquet as pq
 
 from tracker import schema, spool
 from tracker.errors import ConfigError, StoreError, StoreUnavailableError
-from tracker.store.local import (
-    META_TABLES,
-    IngestReport,
-    Store,
-    _file_key,
-    _run_row,
-    _runs_table,
-    _segments_table,
-    inline_params,
-    lock_down,
-)
+from tracker.store.lakeconn import classify, is_conflict, offline_connection
+from tracker.store.local import IngestReport, Store, _file_key
 from tracker.store.settings import LakeSetting, current
+from tracker.store.spoolmeta import META_TABLES, host_meta
+from tracker.store.sqltext import inline_params, lock_down, sql_text
 
 log = logging.getLogger(__name__)
 
 ALIAS = "lake"
-EXTENSIONS = (("postgres_scanner", "postgres_scanner"), ("ducklake", "ducklake"))
-MAX_RETRY_COUNT = 100
 CONNECT_TIMEOUT_S = 3
 _MIGRATED: set[str] = set()
 LAKE_VIEWS = "views-m003"  # schema_migrations row: the lake's views are those of schema.m003
@@ -71,85 +61,6 @@ _SHARED_LOCK = threading.Lock()
 _META_SENT: dict[tuple[str, Path], tuple[str, float]] = {}  # (lake, spool) -> (shape, when) of the last metadata commit
 STATS = {"commits": 0, "conflicts": 0, "conflicts_rows": 0, "conflicts_meta": 0, "unavailable": 0,
          "commit_s": 0.0, "commit_max_s": 0.0, "final_commit_s": 0.0}
-
-_UNAVAILABLE = ("connection refused", "could not connect", "timeout expired", "server closed the connection",
-                "could not translate host name", "no route to host", "connection timed out",
-                "the database system is starting up", "the database system is shutting down",
-                "terminating connection", "connection to server", "ssl syscall", "broken pipe",
-                "no connection to the server", "connection reset")
-_CONFLICT = ("conflict", "duplicate key value violates unique constraint")
-
-
-def extension_file(package: str, name: str, version: str) -> Path:
-    """The extension file shipped in the ``duckdb-extension-<package>`` wheel for ``version``."""
-    try:
-        mod = importlib.import_module(f"duckdb_extension_{package}")
-    except ImportError:
-        raise StoreError(
-            f"the DuckDB extension {name!r} is not installed; install the cluster extra "
-            f"(pip install 'tracker[cluster]'), which pins duckdb-extension-{package.replace('_', '-')}"
-        ) from None
-    path = Path(str(mod.__file__)).parent / "extensions" / version / f"{name}.duckdb_extension"
-    if not path.is_file():
-        raise StoreError(
-            f"{path} is missing: duckdb-extension-{package.replace('_', '-')} does not match DuckDB {version}; "
-            "install the versions pinned in the cluster extra"
-        )
-    return path
-
-
-def offline_connection() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with ducklake and postgres_scanner loaded from the wheels, no downloads."""
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    try:
-        version = con.execute("PRAGMA version").fetchone()[0]
-        for package, name in EXTENSIONS:
-            con.execute(f"LOAD '{extension_file(package, name, version)}'")
-        con.execute(f"SET ducklake_max_retry_count = {MAX_RETRY_COUNT}")
-        con.execute("SET ducklake_retry_wait_ms = 20")
-    except Exception:
-        con.close()
-        raise
-    return con
-
-
-def _sql_str(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def classify(setting: LakeSetting, exc: BaseException) -> StoreError:
-    """A masked StoreError for ``exc``: StoreUnavailableError when the server is out of reach."""
-    msg = setting.scrub(str(exc)).replace("\n", " ").replace("\t", " ").strip()
-    detail = msg.rsplit('": ', 1)[-1][:300]  # libpq's own words, after the echoed connection string
-    low = msg.lower()
-    if "password authentication failed" in low or "authentication failed" in low or "does not exist" in low \
-            and ("database" in low or "role" in low):
-        return StoreError(
-            f"the lake's catalog refused the connection of TRACKER_STORE={setting.masked()!r}: {detail}; "
-            "check user, password and dbname"
-        )
-    if "creating a new ducklake is explicitly disabled" in low:
-        return StoreError(
-            f"the lake {setting.masked()} has no catalog yet; run `tracker lake init` (or log a run) first"
-        )
-    if "permission denied" in low:
-        start = low.find("permission denied")
-        return StoreError(
-            f"the role of TRACKER_STORE={setting.masked()!r} may not write to the lake "
-            f"({msg[start:start + 120]}); use a role with write grants for this command"
-        )
-    if any(s in low for s in _UNAVAILABLE):
-        return StoreUnavailableError(
-            f"the lake's catalog ({setting.masked()}) cannot be reached: {detail}; "
-            "rows stay in the local spool and are committed when it is back"
-        )
-    return StoreError(f"lake {setting.masked()}: {msg[:500]}")
-
-
-def _is_conflict(exc: BaseException) -> bool:
-    """Two committers raced (DuckLake's own conflict check, or the snapshot id taken twice)."""
-    low = str(exc).lower()
-    return "permission denied" not in low and any(s in low for s in _CONFLICT)
 
 
 def lake_ddl() -> list[str]:
@@ -191,7 +102,7 @@ class LakeStore(Store):
                timeout: float | None = None) -> duckdb.DuckDBPyConnection:
         """An in-memory connection with the lake attached as ``lake`` and in use."""
         con = offline_connection()
-        opts = [f"DATA_PATH {_sql_str(self.setting.data_path)}"]
+        opts = [f"DATA_PATH {sql_text(self.setting.data_path)}"]
         if read_only or snapshot is not None:
             opts.append("READ_ONLY")
         if snapshot is not None:
@@ -200,7 +111,7 @@ class LakeStore(Store):
         try:
             for attempt in range(6):
                 try:
-                    con.execute(f"ATTACH {_sql_str(target)} AS {ALIAS} ({', '.join(opts)})")
+                    con.execute(f"ATTACH {sql_text(target)} AS {ALIAS} ({', '.join(opts)})")
                     break
                 except duckdb.Error as exc:  # two hosts creating a new catalog at once: one wins
                     low = str(exc).lower()
@@ -264,7 +175,7 @@ class LakeStore(Store):
             except duckdb.Error as exc:
                 with contextlib.suppress(duckdb.Error):
                     con.execute("ROLLBACK")
-                if not _is_conflict(exc) or attempt == attempts - 1:
+                if not is_conflict(exc) or attempt == attempts - 1:
                     raise
                 STATS["conflicts"] += 1
                 if what:
@@ -342,7 +253,7 @@ class LakeStore(Store):
                             self._retrying(lambda c: self._commit_meta(c, tables, pending), con,
                                            attempts=8 if final else 1, what="meta")
                         except duckdb.Error as exc:
-                            if final or not _is_conflict(exc):
+                            if final or not is_conflict(exc):
                                 raise
                             STATS["conflicts"] += 1
                             STATS["conflicts_meta"] += 1
@@ -486,7 +397,7 @@ class LakeStore(Store):
         """Copy run ``run_id`` from the local DuckDB file ``source``; False when already in the lake."""
         con = self.attach(read_only=False)
         try:
-            con.execute(f"ATTACH {_sql_str(str(source))} AS src (READ_ONLY)")
+            con.execute(f"ATTACH {sql_text(str(source))} AS src (READ_ONLY)")
 
             def work(c: duckdb.DuckDBPyConnection) -> bool:
                 if c.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
@@ -583,29 +494,3 @@ def _meta_shape(tables: tuple[pa.Table, ...]) -> str:
         h.update(repr(table.select(kept).to_pydict()).encode())
     return h.hexdigest()
 
-
-def host_meta(home: Path) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """What this host's spool says of runs, segments and classes.
-
-    Segments of every rank here; a run's row and classes only where this host holds
-    rank 0's segments (rank 0 owns ``run.json``; other ranks write one only as a stub).
-    """
-    root = spool.runs_dir(home)
-    runs: list[dict[str, Any]] = []
-    segs: list[spool.SegmentInfo] = []
-    classes: list[tuple[str, int, str]] = []
-    if root.is_dir():
-        for entry in os.scandir(root):
-            if not entry.is_dir():
-                continue
-            run_segs = spool.list_segments(home, entry.name)
-            segs.extend(run_segs)
-            meta = spool.read_json(Path(entry.path) / "run.json")
-            if meta and any(s.rank == 0 for s in run_segs):
-                runs.append(_run_row(meta, run_segs))
-                classes.extend((meta["run_id"], i, n) for i, n in enumerate(meta.get("classes") or []))
-    return _runs_table(runs), _segments_table(segs), pa.table({
-        "run_id": pa.array([c[0] for c in classes], pa.string()),
-        "class_index": pa.array([c[1] for c in classes], pa.int32()),
-        "name": pa.array([c[2] for c in classes], pa.string()),
-    })

@@ -34,7 +34,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -97,78 +96,19 @@ import polars as pl  # noqa: E402  (after the spare engine started: its import o
 import pyarrow as pa  # noqa: E402
 
 from tracker import doctor, schema, spool
-from tracker.store import settings
 from tracker.errors import DataError, StoreError, StoreLockedError
 from tracker.events import Event
-from tracker.spool import SegmentInfo
+from tracker.store import settings
+from tracker.store.spoolmeta import META_TABLES, spool_meta
+from tracker.store.sqltext import inline_params, lock_down, sql_text
 
 log = logging.getLogger(__name__)
 
 DB_NAME = "tracker.duckdb"
 _DB_ALIAS = "tracker"  # the name DuckDB gives the file when it opens it directly
 
-
-def _sql_text(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-STALE_HEARTBEAT_S = 300.0
 _PROCESS_LOCK = threading.RLock()
 _MIGRATED: set[Path] = set()
-
-
-def _literal(value: Any) -> str | None:
-    """``value`` as a DuckDB SQL literal of the type binding would give, or None."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if type(value) is int and -(2**63) <= value < 2**63:
-        return f"CAST({value} AS BIGINT)" if not -(2**31) <= value < 2**31 else str(value)
-    if type(value) is float:
-        return f"CAST('{value!r}' AS DOUBLE)"
-    if type(value) is str and "\x00" not in value:
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, (list, tuple)) and value and len({type(v) for v in value}) == 1:
-        items = [_literal(v) for v in value]
-        return None if None in items else "[" + ", ".join(items) + "]"  # type: ignore[arg-type]
-    return None
-
-
-def inline_params(sql: str, params: Any) -> tuple[str, Any]:
-    """Write simple positional parameters into ``sql`` as literals, using DuckDB's tokenizer.
-
-    DuckDB imports pandas (over half a second) the first time it binds any
-    parameter; inlining str, int, float, bool, None and flat lists of one of them
-    keeps a CLI call from paying for it. Anything else is left to DuckDB's binding.
-    """
-    if not params or isinstance(params, dict):
-        return sql, params
-    literals = [_literal(v) for v in params]
-    if None in literals:
-        return sql, params
-    try:
-        tokens = duckdb.tokenize(sql)
-    except Exception:
-        return sql, params
-    ends = [pos for pos, _ in tokens[1:]] + [len(sql)]
-    holes = [pos for (pos, kind), end in zip(tokens, ends)
-             if kind == duckdb.token_type.operator and sql[pos:end].strip() == "?"]
-    if len(holes) != len(literals):
-        return sql, params
-    out, last = [], 0
-    for pos, literal in zip(holes, literals):
-        out.append(sql[last:pos])
-        out.append(literal)  # type: ignore[arg-type]
-        last = pos + 1
-    out.append(sql[last:])
-    return "".join(out), None
-
-
-# the spool's metadata tables (in spool_meta's order) and their primary keys
-META_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("runs", ("run_id",)),
-    ("segments", ("run_id", "rank", "segment")),
-    ("classes", ("run_id", "class_index")),
-)
 
 
 class _ReaderCache:
@@ -219,16 +159,6 @@ class _ReaderCache:
 _READERS = _ReaderCache()
 
 
-def lock_down(con: duckdb.DuckDBPyConnection, memory_limit: str | None = None) -> None:
-    """Make ``con`` fit for user-typed SQL: DuckDB's ``memory_limit`` (no spilling) when
-    given, external access off, and the configuration locked so no statement undoes it."""
-    if memory_limit:
-        con.execute(*inline_params("SET memory_limit = ?", [memory_limit]))
-        con.execute("SET temp_directory = ''")
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
-
-
 def _stored_fingerprint(con: duckdb.DuckDBPyConnection) -> str | None:
     """The spool fingerprint recorded by the last ingestion (None before the first)."""
     row = con.execute("SELECT fingerprint FROM spool_state WHERE id = 1").fetchone()
@@ -238,10 +168,6 @@ def _stored_fingerprint(con: duckdb.DuckDBPyConnection) -> str | None:
 def _file_key(path: Path) -> str:
     """A spool file's name in ``ingested_files``: ``<run_id>/<file name>``."""
     return f"{path.parent.name}/{path.name}"
-
-
-def _ts(x: float | None) -> datetime | None:
-    return None if x is None else datetime.fromtimestamp(float(x), tz=timezone.utc).replace(tzinfo=None)
 
 
 def _lock_timeout() -> float:
@@ -321,7 +247,7 @@ class Store:
                 try:
                     if spare is None:
                         return duckdb.connect(str(self.path), read_only=not write)
-                    spare.execute(f"ATTACH {_sql_text(str(self.path))} AS {_DB_ALIAS} (READ_ONLY)")
+                    spare.execute(f"ATTACH {sql_text(str(self.path))} AS {_DB_ALIAS} (READ_ONLY)")
                     spare.execute(f"USE {_DB_ALIAS}")
                     con, spare = spare, None
                     return con
@@ -581,86 +507,6 @@ class Store:
 def _recheck_chunks(files: Sequence[Path]) -> bool:
     """Read every row of ``files``; True when that found a chunk not yet known to be bad."""
     return len(doctor.good_chunks(files, set())) > len(doctor.good_chunks(files, set(), deep=True))
-
-
-def spool_meta(home: Path, scan: doctor.SpoolScan | None = None) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """Runs, segments and classes as recorded in the spool's valid JSON files (see tracker.doctor)."""
-    runs: list[dict[str, Any]] = []
-    segs: list[SegmentInfo] = []
-    classes: list[tuple[str, int, str]] = []
-    for meta, run_segs in (scan or doctor.scan(home)).runs:
-        segs.extend(run_segs)
-        runs.append(_run_row(meta, run_segs))
-        classes.extend((meta["run_id"], i, n) for i, n in enumerate(meta.get("classes") or []))
-    return _runs_table(runs), _segments_table(segs), pa.table(
-        {
-            "run_id": pa.array([c[0] for c in classes], pa.string()),
-            "class_index": pa.array([c[1] for c in classes], pa.int32()),
-            "name": pa.array([c[2] for c in classes], pa.string()),
-        }
-    )
-
-
-def _run_row(meta: dict[str, Any], segs: list[SegmentInfo]) -> dict[str, Any]:
-    import json
-
-    heartbeat = max((s.heartbeat for s in segs), default=meta.get("created_at", 0.0))
-    status = meta.get("status", "running")
-    if status == "running" and not any(s.ended_at is None and _alive(s, meta) for s in segs):
-        status = "crashed"
-    return {
-        "run_id": meta["run_id"],
-        "project": meta.get("project"),
-        "name": meta.get("name"),
-        "status": status,
-        "created_at": _ts(meta.get("created_at")),
-        "updated_at": _ts(max(heartbeat, meta.get("updated_at", 0.0))),
-        "config": json.dumps(meta.get("config", {}), default=str),
-        "tags": [str(t) for t in meta.get("tags", [])],
-        "host": meta.get("host"),
-        "git_commit": meta.get("git_commit"),
-        "python": meta.get("python"),
-        "packages": json.dumps(meta.get("packages", {})),
-        "seed": meta.get("seed") if isinstance(meta.get("seed"), int) else None,
-        "world_size": meta.get("world_size"),
-    }
-
-
-def _alive(seg: SegmentInfo, meta: dict[str, Any]) -> bool:
-    """Is the process writing ``seg`` still there? Same host: pid check; else heartbeat."""
-    import socket
-
-    if meta.get("host") == socket.gethostname():
-        return spool.pid_alive(seg.pid)
-    return time.time() - seg.heartbeat < STALE_HEARTBEAT_S
-
-
-def _runs_table(rows: list[dict[str, Any]]) -> pa.Table:
-    schema_ = pa.schema(
-        [
-            ("run_id", pa.string()), ("project", pa.string()), ("name", pa.string()),
-            ("status", pa.string()), ("created_at", pa.timestamp("us")), ("updated_at", pa.timestamp("us")),
-            ("config", pa.string()), ("tags", pa.list_(pa.string())), ("host", pa.string()),
-            ("git_commit", pa.string()), ("python", pa.string()), ("packages", pa.string()),
-            ("seed", pa.int64()), ("world_size", pa.int32()),
-        ]
-    )
-    return pa.Table.from_pylist(rows, schema=schema_)
-
-
-def _segments_table(segs: list[SegmentInfo]) -> pa.Table:
-    return pa.table(
-        {
-            "run_id": pa.array([s.run_id for s in segs], pa.string()),
-            "rank": pa.array([s.rank for s in segs], pa.int32()),
-            "segment": pa.array([s.segment for s in segs], pa.int32()),
-            "start_step": pa.array([s.start_step for s in segs], pa.int64()),
-            "end_step": pa.array([s.last_step for s in segs], pa.int64()),
-            "started_at": pa.array([_ts(s.started_at) for s in segs], pa.timestamp("us")),
-            "ended_at": pa.array([_ts(s.ended_at) for s in segs], pa.timestamp("us")),
-            "reason": pa.array([s.reason for s in segs], pa.string()),
-        }
-    )
 
 
 def release() -> None:
