@@ -44,10 +44,6 @@ import json
 import logging
 import numbers
 import os
-import platform
-import secrets
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -72,64 +68,19 @@ from tracker.flusher import (  # noqa: F401  (the limits are part of this module
 )
 from tracker.loggers import DEFAULT_LOGGERS, LOGGER_TIMEOUT_S, Lane
 from tracker.runmeta import RunMeta
+from tracker.runplan import RESUME_MODES, environment, plan_segment, shared_run_id  # noqa: F401  (RESUME_MODES: public here)
 from tracker.spool import (  # noqa: F401  (home_dir: tracker.run.home_dir is public)
     check_run_id,
-    durable_segments,
     home_dir,
     read_run_meta,
     run_dir,
-    visible_last_step,
 )
 from tracker.system import system_options
 
 log = logging.getLogger(__name__)
 
 MAX_STEP = 2**63 - 1
-RESUME_MODES = ("never", "allow", "must")
-_PACKAGES = ("tracker", "numpy", "torch", "duckdb", "pyarrow", "polars", "pluggy", "vulkan")
 
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def _package_versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out: dict[str, str] = {}
-    for name in _PACKAGES:
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            continue
-    return out
-
-
-def _new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-
-
-def _shared_run_id(world_size: int) -> str:
-    env = os.environ.get("TRACKER_RUN_ID")
-    if env:
-        return env
-    dist = sys.modules.get("torch.distributed")
-    if world_size > 1 and dist is not None and dist.is_initialized():
-        box = [_new_run_id()]
-        dist.broadcast_object_list(box, src=0)
-        return str(box[0])
-    if world_size > 1:
-        raise ConfigError(
-            f"world_size={world_size} but no run_id: every rank must log to the same run; "
-            "pass run_id=..., set TRACKER_RUN_ID, or initialise torch.distributed first"
-        )
-    return _new_run_id()
 
 
 def _coerce(key: Any, value: Any) -> float:
@@ -448,35 +399,6 @@ def _resolve_loggers(loggers: Iterable[str] | None) -> list[str]:
     return list(dict.fromkeys(loggers))
 
 
-def _plan_segment(home: Path, run_id: str, rank: int, resume: str, resume_step: int | None) -> tuple[int, int, str]:
-    """(segment, start_step, reason) for this process."""
-    if resume not in RESUME_MODES:
-        raise ConfigError(f"resume={resume!r} is not one of {', '.join(RESUME_MODES)}")
-    exists = (run_dir(home, run_id) / "run.json").exists()
-    if not exists and resume == "must":
-        raise RunError(
-            f"cannot resume run {run_id!r}: no such run under {home}; "
-            "check the run id (`tracker runs list`) and TRACKER_HOME, or pass resume='allow'"
-        )
-    segs = [s for s in durable_segments(home, run_id) if s.rank == rank]
-    if not segs:  # this rank has not logged to the run yet (a new run, or another rank made it)
-        if resume_step is not None and not exists:
-            raise ConfigError("resume_step is only meaningful when resuming an existing run")
-        return 0, resume_step or 0, "start"
-    if resume == "never":
-        raise RunError(
-            f"run {run_id!r} already exists under {home}; pass resume='allow' to continue it "
-            "or choose another run_id"
-        )
-    segment = max(s.segment for s in segs) + 1
-    if resume_step is None:
-        last = visible_last_step(segs)
-        resume_step = 0 if last is None else last + 1
-    if isinstance(resume_step, bool) or not isinstance(resume_step, int) or resume_step < 0:
-        raise ConfigError(f"resume_step must be a non-negative int, got {resume_step!r}")
-    return segment, resume_step, "resume"
-
-
 def init(
     project: str,
     name: str | None = None,
@@ -513,14 +435,14 @@ def init(
     system_opts = system_options(system)
     rank, world = rank_world()
     root = home_dir(home)
-    run_id = check_run_id(run_id) if run_id is not None else _shared_run_id(world)
+    run_id = check_run_id(run_id) if run_id is not None else shared_run_id(world)
     from tracker.store.lakerun import prepare_run
     from tracker.store.settings import use as use_store
 
     if store is not None or data_path is not None:
         use_store(store, data_path)
     prepare_run(root, run_id, rank, resume)  # lake only: check credentials, bring its segments here
-    segment, start, reason = _plan_segment(root, run_id, rank, resume, resume_step)
+    segment, start, reason = plan_segment(root, run_id, rank, resume, resume_step)
     if reason == "resume":
         old = read_run_meta(run_dir(root, run_id) / "run.json") or {}
         project = old.get("project", project)
@@ -533,14 +455,7 @@ def init(
         loggers=_resolve_loggers(loggers),
     )
     run.system = system_opts
-    run.meta = {
-        "host": socket.gethostname(),
-        "git_commit": _git_commit(),
-        "python": platform.python_version(),
-        "packages": _package_versions(),
-        "seed": seed if seed is not None else cfg.get("seed"),
-        "pid": os.getpid(),
-    }
+    run.meta = environment(seed, cfg)
     _open_sessions(run)  # before any file is written: a failure here leaves nothing behind
     try:
         run._meta = RunMeta(run)
