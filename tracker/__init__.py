@@ -17,8 +17,19 @@ it is imported on first access.
 
 from __future__ import annotations
 
+import os
+import sys
 from importlib import import_module
 from typing import Any
+
+# numpy's OpenBLAS keeps one thread per core busy-waiting for about 0.1 s (2**28 cycles)
+# after it loads and after every call. On a small machine that takes a core from the
+# store's first read and from the flusher thread (the first query of a process on 2
+# cores: about 30 ms with it, 21 ms without). 2**4 cycles lets those threads sleep at
+# once; BLAS calls still use every thread. A value already set is kept, and once numpy
+# is loaded the variable has no effect, so nothing is changed then.
+if "numpy" not in sys.modules:
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from tracker.errors import (
     ConfigError,

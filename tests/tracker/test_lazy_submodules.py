@@ -42,3 +42,20 @@ def test_readme_spellings_work_without_importing_the_submodules_first() -> None:
     assert out["weights"] == [1.980198, 0.019802]
     assert out["in_dir"] == ["store", "torch", "weights", "init"]
     assert out["missing"] == "module 'tracker' has no attribute 'no_such_thing'"
+
+
+def _blas_timeout(code: str, **env: str) -> str:
+    base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    proc = subprocess.run([sys.executable, "-c", code + "\nimport os; print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'))"],
+                          env={**base, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()[-1]
+
+
+def test_import_tracker_lets_openblas_threads_sleep_unless_told_otherwise() -> None:
+    # imported before numpy: OpenBLAS's idle threads sleep at once instead of spinning for ~0.1 s
+    assert _blas_timeout("import tracker, numpy") == "4"
+    # a value the user set is kept
+    assert _blas_timeout("import tracker", OPENBLAS_THREAD_TIMEOUT="20") == "20"
+    # numpy already loaded: the variable would do nothing, so the environment is left alone
+    assert _blas_timeout("import numpy, tracker") == "None"
