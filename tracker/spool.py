@@ -25,6 +25,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -32,11 +33,12 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Iterable
 
 from tracker.errors import ConfigError, DataError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
 
 TABLES = ("metrics", "class_metrics", "events")
 DATA_RE = re.compile(r"^r(?P<rank>\d+)-s(?P<segment>\d+)-(?P<seq>\d+)\.(?P<table>[a-z_]+)\.parquet$")
@@ -44,44 +46,62 @@ SEG_RE = re.compile(r"^seg-r(?P<rank>\d+)-s(?P<segment>\d+)\.json$")
 TMP_RE = re.compile(r"^\..+\.(?P<pid>\d+)\.tmp$")
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
-METRICS_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("rank", pa.int32()),
-        ("segment", pa.int32()),
-        ("step", pa.int64()),
-        ("key", pa.string()),
-        ("value", pa.float64()),
-        ("wall_time", pa.float64()),
-    ]
-)
-CLASS_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("rank", pa.int32()),
-        ("segment", pa.int32()),
-        ("step", pa.int64()),
-        ("key", pa.string()),
-        ("class_index", pa.int32()),
-        ("value", pa.float64()),
-        ("wall_time", pa.float64()),
-    ]
-)
-EVENTS_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("rank", pa.int32()),
-        ("segment", pa.int32()),
-        ("step", pa.int64()),
-        ("key", pa.string()),
-        ("kind", pa.string()),
-        ("severity", pa.string()),
-        ("message", pa.string()),
-        ("data", pa.string()),
-        ("wall_time", pa.float64()),
-    ]
-)
-SCHEMAS = {"metrics": METRICS_SCHEMA, "class_metrics": CLASS_SCHEMA, "events": EVENTS_SCHEMA}
+@functools.cache
+def _schemas() -> dict[str, pa.Schema]:
+    import pyarrow as pa
+
+    metrics = pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("rank", pa.int32()),
+            ("segment", pa.int32()),
+            ("step", pa.int64()),
+            ("key", pa.string()),
+            ("value", pa.float64()),
+            ("wall_time", pa.float64()),
+        ]
+    )
+    classes = pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("rank", pa.int32()),
+            ("segment", pa.int32()),
+            ("step", pa.int64()),
+            ("key", pa.string()),
+            ("class_index", pa.int32()),
+            ("value", pa.float64()),
+            ("wall_time", pa.float64()),
+        ]
+    )
+    events = pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("rank", pa.int32()),
+            ("segment", pa.int32()),
+            ("step", pa.int64()),
+            ("key", pa.string()),
+            ("kind", pa.string()),
+            ("severity", pa.string()),
+            ("message", pa.string()),
+            ("data", pa.string()),
+            ("wall_time", pa.float64()),
+        ]
+    )
+    return {"metrics": metrics, "class_metrics": classes, "events": events}
+
+
+_SCHEMA_NAMES = {"METRICS_SCHEMA": "metrics", "CLASS_SCHEMA": "class_metrics", "EVENTS_SCHEMA": "events"}
+
+
+def __getattr__(name: str) -> Any:
+    """``SCHEMAS`` and ``METRICS_SCHEMA``/``CLASS_SCHEMA``/``EVENTS_SCHEMA``, the spool files'
+    Arrow schemas, made on first use: pyarrow (and numpy with it, about 0.1 s) loads only
+    when spool files are written or read, not for a query of a store with none."""
+    if name == "SCHEMAS":
+        return _schemas()
+    if name in _SCHEMA_NAMES:
+        return _schemas()[_SCHEMA_NAMES[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_run_id(run_id: str) -> str:
@@ -238,6 +258,7 @@ def _chunk_max_steps(home: Path, seg: SegmentInfo) -> dict[int, int]:
 
 
 def _parquet_max_step(path: Path) -> int | None:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:

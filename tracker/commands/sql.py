@@ -20,6 +20,7 @@ from tracker.commands._output import format_option, print_frame
 from tracker.commands.runs import home_option
 from tracker.errors import ConfigError, StoreError
 from tracker.store import Store
+from tracker.store.local import result_frame
 
 
 def one_statement(query: str) -> duckdb.Statement:
@@ -77,7 +78,7 @@ def sql(query: str, home: str | None, allow_files: bool, fmt: str, snapshot: int
     else:
         with store.reader(safe=True) as con:
             try:
-                frame = con.execute(statement).pl()
+                frame = result_frame(con, statement.query)
             except duckdb.Error as exc:
                 raise StoreError(_why(exc)) from None
     print_frame(frame, fmt)

@@ -46,7 +46,7 @@ class _SpareEngine:
 
     A new DuckDB instance spends about 10 ms building its function catalog, in C++
     with the interpreter lock released, so made at import it overlaps the imports
-    below (polars, pyarrow) and whatever the caller does before its first query.
+    below (polars) and whatever the caller does before its first query.
     ``TRACKER_PREWARM=0`` switches it off. An instance made before a fork is not used
     in the child.
     """
@@ -93,7 +93,6 @@ _SPARE.start()
 atexit.register(_SPARE.close)
 
 import polars as pl  # noqa: E402  (after the spare engine started: its import overlaps it)
-import pyarrow as pa  # noqa: E402
 
 from tracker import doctor, schema, spool
 from tracker.errors import DataError, StoreError, StoreLockedError
@@ -270,6 +269,7 @@ class Store:
     # -- ingestion ---------------------------------------------------------------------
     def ingest(self, timeout: float | None = None) -> IngestReport:
         """Move spool files into the tables (idempotent, crash-safe). See module doc."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         report = IngestReport()
@@ -446,7 +446,7 @@ class Store:
         for attempt in (0, 1):
             with self.reader() as con:
                 try:
-                    return con.execute(sql, params).pl() if params is not None else con.execute(sql).pl()
+                    return result_frame(con, sql, params)
                 except duckdb.Error as exc:
                     if attempt == 0 and _recheck_chunks(spool.data_files(self.home)):
                         continue  # an unreadable chunk was found and is now left out
@@ -459,6 +459,8 @@ class Store:
         if not events:
             return 0
         import json
+
+        import pyarrow as pa
 
         rows = pa.table(
             {
@@ -502,6 +504,33 @@ class Store:
         if folder.exists():
             shutil.rmtree(folder)
         return n
+
+
+# column types polars takes through the Arrow C stream with the same result as through pyarrow
+_STREAMED_TYPES = frozenset({
+    "boolean", "tinyint", "smallint", "integer", "bigint", "hugeint", "utinyint", "usmallint", "uinteger",
+    "ubigint", "float", "double", "decimal", "varchar", "blob", "uuid", "date", "time", "timestamp",
+    "timestamp with time zone",
+})
+
+
+def result_frame(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> pl.DataFrame:
+    """The result of ``sql`` as a polars DataFrame.
+
+    A lone SELECT without parameters whose columns are all flat types streams into
+    polars through the Arrow C interface, without pyarrow: a CLI query of a store with
+    no live runs then never loads pyarrow and numpy (about 0.1 s). Anything else goes
+    through DuckDB's ``.pl()`` (nested and INTERVAL columns, statements that are not
+    queries, parameters), which gives the same frames.
+    """
+    if params is None:
+        statements = con.extract_statements(sql)
+        if len(statements) == 1 and statements[0].type == duckdb.StatementType.SELECT:
+            rel = con.sql(sql)
+            if rel is not None and all(t.id in _STREAMED_TYPES for t in rel.types):
+                return pl.DataFrame(rel)
+        return con.execute(sql).pl()
+    return con.execute(sql, params).pl()
 
 
 def _recheck_chunks(files: Sequence[Path]) -> bool:

@@ -8,12 +8,13 @@ import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from tracker import doctor, spool
 from tracker.spool import SegmentInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
 
 STALE_HEARTBEAT_S = 300.0  # seconds without a heartbeat after which a segment on another host is dead
 
@@ -101,6 +102,8 @@ def _alive(seg: SegmentInfo, meta: dict[str, Any]) -> bool:
 
 def runs_table(rows: list[dict[str, Any]]) -> pa.Table:
     """The ``runs`` table of ``rows`` (see :func:`run_row`)."""
+    import pyarrow as pa  # on first use: a query of a store without live runs never loads it
+
     schema_ = pa.schema(
         [
             ("run_id", pa.string()), ("project", pa.string()), ("name", pa.string()),
@@ -115,6 +118,8 @@ def runs_table(rows: list[dict[str, Any]]) -> pa.Table:
 
 def segments_table(segs: list[SegmentInfo]) -> pa.Table:
     """The ``segments`` table of ``segs``."""
+    import pyarrow as pa  # on first use: a query of a store without live runs never loads it
+
     return pa.table(
         {
             "run_id": pa.array([s.run_id for s in segs], pa.string()),
@@ -131,6 +136,8 @@ def segments_table(segs: list[SegmentInfo]) -> pa.Table:
 
 def classes_table(classes: list[tuple[str, int, str]]) -> pa.Table:
     """The ``classes`` table of (run_id, class_index, name) triples."""
+    import pyarrow as pa  # on first use: a query of a store without live runs never loads it
+
     return pa.table({
         "run_id": pa.array([c[0] for c in classes], pa.string()),
         "class_index": pa.array([c[1] for c in classes], pa.int32()),
