@@ -46,48 +46,27 @@ SEG_RE = re.compile(r"^seg-r(?P<rank>\d+)-s(?P<segment>\d+)\.json$")
 TMP_RE = re.compile(r"^\..+\.(?P<pid>\d+)\.tmp$")
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
+_KEY_COLUMNS = (("run_id", "string"), ("rank", "int32"), ("segment", "int32"), ("step", "int64"), ("key", "string"))
+# each spool table's columns and their Arrow types (pyarrow type-factory names)
+COLUMN_TYPES: dict[str, tuple[tuple[str, str], ...]] = {
+    "metrics": (*_KEY_COLUMNS, ("value", "float64"), ("wall_time", "float64")),
+    "class_metrics": (*_KEY_COLUMNS, ("class_index", "int32"), ("value", "float64"), ("wall_time", "float64")),
+    "events": (*_KEY_COLUMNS, ("kind", "string"), ("severity", "string"), ("message", "string"),
+               ("data", "string"), ("wall_time", "float64")),
+}
+
+
+def column_names(table: str) -> tuple[str, ...]:
+    """The columns of spool table ``table``, in file order (no pyarrow needed)."""
+    return tuple(name for name, _ in COLUMN_TYPES[table])
+
+
 @functools.cache
 def _schemas() -> dict[str, pa.Schema]:
     import pyarrow as pa
 
-    metrics = pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("rank", pa.int32()),
-            ("segment", pa.int32()),
-            ("step", pa.int64()),
-            ("key", pa.string()),
-            ("value", pa.float64()),
-            ("wall_time", pa.float64()),
-        ]
-    )
-    classes = pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("rank", pa.int32()),
-            ("segment", pa.int32()),
-            ("step", pa.int64()),
-            ("key", pa.string()),
-            ("class_index", pa.int32()),
-            ("value", pa.float64()),
-            ("wall_time", pa.float64()),
-        ]
-    )
-    events = pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("rank", pa.int32()),
-            ("segment", pa.int32()),
-            ("step", pa.int64()),
-            ("key", pa.string()),
-            ("kind", pa.string()),
-            ("severity", pa.string()),
-            ("message", pa.string()),
-            ("data", pa.string()),
-            ("wall_time", pa.float64()),
-        ]
-    )
-    return {"metrics": metrics, "class_metrics": classes, "events": events}
+    return {table: pa.schema([(name, getattr(pa, kind)()) for name, kind in cols])
+            for table, cols in COLUMN_TYPES.items()}
 
 
 _SCHEMA_NAMES = {"METRICS_SCHEMA": "metrics", "CLASS_SCHEMA": "class_metrics", "EVENTS_SCHEMA": "events"}

@@ -290,7 +290,7 @@ class LakeStore(Store):
         for table in spool.TABLES:
             paths = [str(p) for p in todo if spool.table_of(p) == table]
             if paths:
-                cols = ", ".join(spool.SCHEMAS[table].names)
+                cols = ", ".join(spool.column_names(table))
                 # no ORDER BY: sorting was 3/4 of a commit's CPU, and a key's curve reads as fast
                 con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?)", [paths])
         counts = [pq.read_metadata(p).num_rows for p in todo]

@@ -296,7 +296,7 @@ class Store:
                     for table in spool.TABLES:
                         paths = [str(p) for p in todo if spool.table_of(p) == table]
                         if paths:
-                            cols = ", ".join(spool.SCHEMAS[table].names)
+                            cols = ", ".join(spool.column_names(table))
                             order = "run_id, key, step" if table != "events" else "run_id, step"
                             con.execute(*inline_params(
                                 f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?) "
@@ -431,7 +431,7 @@ class Store:
             )
         for table in spool.TABLES:
             paths = [str(p) for p in pending if spool.table_of(p) == table]
-            cols = ", ".join(spool.SCHEMAS[table].names)
+            cols = ", ".join(spool.column_names(table))
             sql = f'SELECT {cols} FROM "{db}".main.{table}'
             if paths:
                 listing = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
