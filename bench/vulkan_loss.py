@@ -16,7 +16,7 @@ machine slows them alike):
 * ``torch``: ``binary_cross_entropy_with_logits`` + ``backward()`` (mean), and the
   same with per-class sums (``reduction="none"``, sum over rows, then mean).
 
-Targets on lavapipe: transfers included, <= 0.5x the numpy time and no slower than
+Targets on lavapipe: transfers included, <= 0.45x the numpy time and no slower than
 torch. Run: ``.venv/bin/python bench/vulkan_loss.py`` (``--help`` for sizes). It
 prints and never fails.
 """
