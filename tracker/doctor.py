@@ -120,7 +120,7 @@ def chunk_problem(path: Path, deep: bool = False) -> str | None:
     try:
         meta = pq.read_metadata(path)
         names = meta.schema.to_arrow_schema().names
-        expected = spool.SCHEMAS[spool.table_of(path)].names
+        expected = list(spool.column_names(spool.table_of(path)))
         if names != expected:
             return f"columns {names}, expected {expected}"
         if deep:

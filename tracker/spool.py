@@ -40,7 +40,6 @@ from tracker.errors import ConfigError, DataError
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-TABLES = ("metrics", "class_metrics", "events")
 DATA_RE = re.compile(r"^r(?P<rank>\d+)-s(?P<segment>\d+)-(?P<seq>\d+)\.(?P<table>[a-z_]+)\.parquet$")
 SEG_RE = re.compile(r"^seg-r(?P<rank>\d+)-s(?P<segment>\d+)\.json$")
 TMP_RE = re.compile(r"^\..+\.(?P<pid>\d+)\.tmp$")
@@ -54,6 +53,7 @@ COLUMN_TYPES: dict[str, tuple[tuple[str, str], ...]] = {
     "events": (*_KEY_COLUMNS, ("kind", "string"), ("severity", "string"), ("message", "string"),
                ("data", "string"), ("wall_time", "float64")),
 }
+TABLES = tuple(COLUMN_TYPES)
 
 
 def column_names(table: str) -> tuple[str, ...]:
