@@ -8,7 +8,7 @@ Inputs are SYNTHETIC (tracker.coco.synthetic, seeded), written once to bench/out
 (git-ignored) and reused:
 
 * train2017 scale: the per-class instance counts of MS COCO train2017
-  (../shared/data/coco/train2017_class_counts.json), people in about 54% of the
+  (tracker/data/coco_train2017_class_counts.json), people in about 54% of the
   images, about 7.3 annotations per image, polygons of 10-40 points;
 * large (LVIS/Objects365-like): 1,203 categories whose totals follow a Zipf long
   tail, 3,000,000 annotations on 400,000 images (both times ``--scale``).
@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from tracker import coco  # noqa: E402
 from tracker.coco.synthetic import ClassCount, read_counts, scale_counts, write_synthetic  # noqa: E402
 
-COUNTS = ROOT.parent / "shared" / "data" / "coco" / "train2017_class_counts.json"
+COUNTS = ROOT / "tracker" / "data" / "coco_train2017_class_counts.json"
 FULL_IMAGES = 118_287
 
 

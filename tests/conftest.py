@@ -11,7 +11,7 @@ from tracker.host import Host, set_host
 
 pytest_plugins = ["tracker.testing.pytest_plugin"]
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture(autouse=True)
@@ -50,4 +50,4 @@ def host() -> Host:
 
 @pytest.fixture
 def coco_dir() -> Path:
-    return SHARED / "coco"
+    return DATA / "coco"

@@ -20,13 +20,13 @@ from tracker.cli import build_cli
 from tracker.coco.synthetic import read_counts, scale_counts, write_synthetic
 from tracker.host import Host, make_plugin_manager
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "coco"
-VAL100 = SHARED / "instances_val2014_100.json"
+COCO_DATA = Path(__file__).resolve().parents[1] / "data" / "coco"
+VAL100 = COCO_DATA / "instances_val2014_100.json"
 
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    counts = scale_counts(read_counts(SHARED / "train2017_class_counts.json"), 0.01)
+    counts = scale_counts(read_counts(COCO_DATA / "train2017_class_counts.json"), 0.01)
     return write_synthetic(tmp_path_factory.mktemp("cli") / "syn.json", counts, 1200, seed=2)
 
 

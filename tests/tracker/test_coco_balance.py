@@ -14,13 +14,13 @@ from tracker import coco
 from tracker.coco.synthetic import read_counts, scale_counts, write_synthetic
 from tracker.errors import ConfigError
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "coco"
+COCO_DATA = Path(__file__).resolve().parents[1] / "data" / "coco"
 balance_mod = importlib.import_module("tracker.coco.balance")
 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> coco.CocoIndex:
-    counts = scale_counts(read_counts(SHARED / "train2017_class_counts.json"), 0.02)
+    counts = scale_counts(read_counts(COCO_DATA / "train2017_class_counts.json"), 0.02)
     path = write_synthetic(tmp_path_factory.mktemp("bal") / "syn.json", counts, 2400, seed=5)
     return coco.load(path)
 

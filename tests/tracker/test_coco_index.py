@@ -16,7 +16,7 @@ from tracker import coco
 from tracker.coco.index import parse_bytes
 from tracker.errors import DataError
 
-VAL100 = Path(__file__).resolve().parents[3] / "shared" / "data" / "coco" / "instances_val2014_100.json"
+VAL100 = Path(__file__).resolve().parents[1] / "data" / "coco" / "instances_val2014_100.json"
 
 
 def small() -> dict[str, Any]:

@@ -15,9 +15,9 @@ from pycocotools.coco import COCO
 from tracker import coco
 from tracker.errors import DataError
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "coco"
-VAL100 = SHARED / "instances_val2014_100.json"
-COUNTS = SHARED / "train2017_class_counts.json"
+COCO_DATA = Path(__file__).resolve().parents[1] / "data" / "coco"
+VAL100 = COCO_DATA / "instances_val2014_100.json"
+COUNTS = COCO_DATA / "train2017_class_counts.json"
 
 
 def test_stats_of_the_real_file_match_pycocotools() -> None:

@@ -17,13 +17,13 @@ from tracker.coco.io import atomic_writer
 from tracker.coco.synthetic import read_counts, scale_counts, write_synthetic
 from tracker.errors import DataError
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "coco"
-VAL100 = SHARED / "instances_val2014_100.json"
+COCO_DATA = Path(__file__).resolve().parents[1] / "data" / "coco"
+VAL100 = COCO_DATA / "instances_val2014_100.json"
 
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    counts = scale_counts(read_counts(SHARED / "train2017_class_counts.json"), 0.005)
+    counts = scale_counts(read_counts(COCO_DATA / "train2017_class_counts.json"), 0.005)
     return write_synthetic(tmp_path_factory.mktemp("syn") / "syn.json", counts, 600, seed=3)
 
 
@@ -103,7 +103,7 @@ def test_atomic_writer_needs_an_existing_folder(tmp_path: Path) -> None:
 
 
 def test_synthetic_file_has_the_requested_counts(synthetic: Path) -> None:
-    counts = scale_counts(read_counts(SHARED / "train2017_class_counts.json"), 0.005)
+    counts = scale_counts(read_counts(COCO_DATA / "train2017_class_counts.json"), 0.005)
     got = coco.class_counts(synthetic)
     assert got == {c.name: c.instances for c in sorted(counts, key=lambda c: c.id)}
     stats = coco.stats(coco.load(synthetic))

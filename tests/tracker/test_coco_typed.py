@@ -16,7 +16,7 @@ from tracker.coco import typed
 from tracker.coco.index import from_dict
 from tracker.errors import DataError
 
-VAL100 = Path(__file__).resolve().parents[3] / "shared" / "data" / "coco" / "instances_val2014_100.json"
+VAL100 = Path(__file__).resolve().parents[1] / "data" / "coco" / "instances_val2014_100.json"
 FIELDS = ("image_ids", "image_width", "image_height", "cat_ids", "ann_ids", "ann_image", "ann_category",
           "bbox", "area", "iscrowd", "image_pos", "ann_pos")
 

@@ -18,7 +18,7 @@ from tracker.host import Host, make_plugin_manager, set_host
 from tracker.losses import Kernel, LossResult, LossTerm, reduce_elementwise
 from tracker.weights import class_weights, load_counts
 
-COCO_COUNTS = Path(__file__).resolve().parents[3] / "shared/data/coco/train2017_class_counts.json"
+COCO_COUNTS = Path(__file__).resolve().parents[1] / "data/coco/train2017_class_counts.json"
 
 
 def _run(*args: str) -> Any:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tracker.errors import ConfigError, DataError
 from tracker.weights import SCHEMES, class_weights, load_counts
 
-COCO_COUNTS = Path(__file__).resolve().parents[3] / "shared/data/coco/train2017_class_counts.json"
+COCO_COUNTS = Path(__file__).resolve().parents[1] / "data/coco/train2017_class_counts.json"
 
 
 def _coco() -> np.ndarray:
@@ -171,7 +171,7 @@ def test_load_counts_missing_file(tmp_path: Path) -> None:
         load_counts(tmp_path / "nope.json")
 
 
-COCO_INSTANCES = Path(__file__).resolve().parents[3] / "shared/data/coco/instances_val2014_100.json"
+COCO_INSTANCES = Path(__file__).resolve().parents[1] / "data/coco/instances_val2014_100.json"
 
 
 def test_load_counts_counts_the_instances_of_a_coco_file() -> None:

@@ -23,7 +23,7 @@ from tracker.errors import ConfigError, PluginError
 from tracker.host import Host, make_plugin_manager, set_host
 from tracker.sampling import ClassAwareSampler, RepeatFactorSampler, SamplerFactory, repeat_factors
 
-VAL100 = Path(__file__).resolve().parents[3] / "shared" / "data" / "coco" / "instances_val2014_100.json"
+VAL100 = Path(__file__).resolve().parents[1] / "data" / "coco" / "instances_val2014_100.json"
 
 
 def labels(n: int = 200, seed: int = 0) -> list[list[int]]:

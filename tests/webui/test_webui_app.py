@@ -9,7 +9,7 @@ import numpy as np
 
 import pytest
 
-COCO_100 = "/work/shared/data/coco/instances_val2014_100.json"
+COCO_100 = str(Path(__file__).resolve().parents[1] / "data" / "coco" / "instances_val2014_100.json")
 
 
 def layer_marks(spec: dict[str, Any]) -> list[str]:

@@ -12,8 +12,8 @@ import pytest
 from tracker.errors import DataError
 from webui import class_queries as cq
 
-COCO_100 = Path("/work/shared/data/coco/instances_val2014_100.json")
-COCO_COUNTS = Path("/work/shared/data/coco/train2017_class_counts.json")
+COCO_100 = Path(__file__).resolve().parents[1] / "data" / "coco" / "instances_val2014_100.json"
+COCO_COUNTS = Path(__file__).resolve().parents[1] / "data" / "coco" / "train2017_class_counts.json"
 
 
 def test_class_keys_and_names(store, seeded) -> None:
