@@ -22,7 +22,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         seen.append({"cmd": cmd, "env": env})
         return 0
 
-    monkeypatch.setattr(ui.subprocess, "call", fake_call)
+    monkeypatch.setattr(ui, "run_app", fake_call)
     return seen
 
 
@@ -57,7 +57,7 @@ def test_ui_reports_a_missing_webui_in_one_line(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_ui_reports_a_failed_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ui.subprocess, "call", lambda cmd, env: 3)
+    monkeypatch.setattr(ui, "run_app", lambda cmd, env: 3)
     result = CliRunner().invoke(build_cli(), ["ui", "--port", "1"])
     assert result.exit_code == 1 and "streamlit exited with status 3" in result.output
 

@@ -12,7 +12,6 @@ import importlib.util
 import secrets
 import shlex
 import socket
-import subprocess
 import time
 
 import click
@@ -20,7 +19,7 @@ from rich.console import Console
 
 from tracker.cli import friendly
 from tracker.commands._output import activate_hint, tracker_command
-from tracker.commands.ui import app_env, streamlit_command
+from tracker.commands.ui import app_env, run_app, streamlit_command
 
 
 def _free_port(preferred: int) -> int:
@@ -106,12 +105,7 @@ def demo(quick: bool, steps: int, epochs: int, images: int, home: str | None, ui
     port = _free_port(port)
     cmd = streamlit_command(port)
     console.print(f"web UI on [bold]http://127.0.0.1:{port}/[/] (Ctrl-C to stop)")
-    proc = subprocess.Popen(cmd, env=app_env(home))
-    try:
-        proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait(timeout=10)
+    run_app(cmd, app_env(home))
 
 
 def register(cli: click.Group) -> None:

@@ -2,13 +2,15 @@
 
 The app's folder is found with ``importlib.util.find_spec("webui")`` (``tracker``
 never imports it) and run with ``python -m streamlit run <folder>``; the store is
-passed to it as ``TRACKER_HOME``.
+passed to it as ``TRACKER_HOME``. While the server runs, SIGTERM, SIGINT and SIGHUP
+sent to this process stop the server too (:func:`run_app`), so no orphan keeps the port.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +60,47 @@ def app_env(home: str | os.PathLike[str] | None) -> dict[str, str]:
     return {**os.environ, "TRACKER_HOME": str(home_dir(home))}
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def run_app(cmd: list[str], env: dict[str, str], grace_s: float = 10.0) -> int:
+    """Run the server ``cmd`` until it exits or this process gets a stop signal.
+
+    SIGTERM, SIGINT and SIGHUP are passed on to the server as SIGTERM (it shuts down
+    cleanly); one that has not exited after ``grace_s`` is killed. The handlers are
+    restored on return. Returns the server's exit status, or 0 when it was stopped on
+    request.
+    """
+    proc = subprocess.Popen(cmd, env=env)
+    stopped: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        stopped.append(signum)
+        if proc.poll() is None:
+            proc.terminate()
+
+    try:
+        previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    except ValueError:  # not the main thread: no handlers, the caller stops the server
+        previous = {}
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:  # a SIGINT that arrived before the handler was set
+        stopped.append(signal.SIGINT)
+        code = 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0 if stopped else code
+
+
 def register(cli: click.Group) -> None:
     """Add ``tracker ui`` to ``cli``."""
 
@@ -77,9 +120,6 @@ def register(cli: click.Group) -> None:
         cmd = streamlit_command(port, address, headless=not open_browser)
         env = app_env(home)
         click.echo(f"tracker ui: http://{address}:{port}  (store {env['TRACKER_HOME']}; Ctrl+C to stop)")
-        try:
-            code = subprocess.call(cmd, env=env)
-        except KeyboardInterrupt:
-            code = 0
+        code = run_app(cmd, env)
         if code:
             raise click.ClickException(f"streamlit exited with status {code}")
