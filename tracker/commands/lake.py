@@ -41,13 +41,29 @@ def init(home: str | None) -> None:
 
 
 @lake.command("push")
-@click.option("--from", "source", type=click.Path(file_okay=False, exists=True), required=True,
+@click.option("--from", "source", type=click.Path(file_okay=False, exists=True), default=None,
               help="The local store folder (TRACKER_HOME of the DuckDB file) whose runs to copy.")
 @home_option
 @friendly
-def push(source: str, home: str | None) -> None:
-    """Copy a local store's runs into the lake; runs already there are skipped (idempotent)."""
+def push(source: str | None, home: str | None) -> None:
+    """Commit this host's spool into the lake now, or with --from copy a local store's runs
+    into it (runs already there are skipped). Both are idempotent.
+
+    Without --from, the segments of processes on this host that died (a kill -9) are
+    first brought up to their durable chunks, so every row that reached the spool goes
+    to the lake; the resume rule hides those at or after a later segment's start.
+    """
     from tracker.store.local import Store
+
+    if source is None:
+        from tracker.store.lakespool import claim_orphans
+
+        store = _lake(home)
+        claimed = claim_orphans(store.home)
+        report = store.ingest(timeout=10.0)
+        click.echo(f"committed {report.rows} rows ({report.files} chunks) of {store.home} into "
+                   f"{store.setting.masked()}" + (f"; {claimed} segment(s) of dead processes claimed" if claimed else ""))
+        return
 
     local = object.__new__(Store)
     Store.__init__(local, source)

@@ -215,8 +215,9 @@ class LakeStore(Store):
         do, so a live run's metadata is committed at once only when something other
         than its progress changed (a new run, segment, status or class list), and its
         progress (``end_step``, ``updated_at``) at most every ``TRACKER_LAKE_META_INTERVAL``
-        seconds (default 5), or now when ``final``. Rows go first, so the lake's
-        segments never claim rows that are not in it.
+        seconds (default 5), or now when ``final``. The metadata committed is the one
+        read before the chunks were listed, and rows go first, so a segment's ``end_step``
+        in the lake never claims a step whose rows are not in it.
 
         ``con``: a connection from :meth:`attach` kept by a committer between commits
         (attaching costs a second on a busy machine); None: attach and close here.
@@ -226,9 +227,13 @@ class LakeStore(Store):
             for tmp in spool.stale_temp_files(self.home):
                 with contextlib.suppress(OSError):
                     tmp.unlink()
-            files = spool.data_files(self.home)
             fingerprint = spool.meta_fingerprint(self.home)
             meta_due = not self._meta_committed(fingerprint)
+            # the metadata is read BEFORE the chunks are listed: a segment file claims a step only
+            # once the chunk holding it is in place, so every step it claims is in a chunk listed
+            # below (or in the lake already) and the lake's segments never run ahead of its rows
+            tables = host_meta(self.home) if meta_due else None
+            files = spool.data_files(self.home)
             if not files and not meta_due:
                 return report
             own = con is None
@@ -242,8 +247,7 @@ class LakeStore(Store):
                 for p in files:  # all in the lake now
                     with contextlib.suppress(OSError):
                         p.unlink()
-                if meta_due:
-                    tables = host_meta(self.home)
+                if tables is not None:
                     shape = _meta_shape(tables)
                     last = _META_SENT.get((self.setting.key(), self.home))
                     interval = float(os.environ.get("TRACKER_LAKE_META_INTERVAL", "5"))

@@ -63,9 +63,7 @@ def prepare_run(home: Path, run_id: str, rank: int, resume: str) -> None:
             return
         runs = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]).fetchall()
         cols = [d[0] for d in con.description]
-        segs = con.execute(
-            "SELECT segment, start_step, end_step, started_at, ended_at, reason FROM segments "
-            "WHERE run_id = ? AND rank = ? ORDER BY segment", [run_id, rank]).fetchall()
+        segs = lake_segments(con, run_id, rank)
     finally:
         _hand_over(home, con)
     if not runs and not segs:
@@ -80,12 +78,48 @@ def prepare_run(home: Path, run_id: str, rank: int, resume: str) -> None:
                     packages=json.loads(row["packages"] or "{}"), created_at=_epoch(row["created_at"]),
                     updated_at=_epoch(row["updated_at"]))
         spool.atomic_write_json(folder / "run.json", meta)
-    for segment, start, end, started, ended, reason in segs:
-        when = _epoch(ended) or _epoch(started) or time.time()
-        spool.SegmentInfo(run_id=run_id, rank=rank, segment=segment, start_step=start, reason=reason,
-                          started_at=_epoch(started) or when, last_step=end, ended_at=_epoch(ended),
-                          heartbeat=when, pid=0).save(home)
+    for seg in segs:
+        seg.save(home)
     log.info("tracker: run %s rank %d: %d segment(s) found in the lake", run_id, rank, len(segs))
+
+
+_ROWS = ("SELECT segment, min(step), max(step), min(wall_time), max(wall_time) FROM ("
+         "SELECT segment, step, wall_time FROM metrics WHERE run_id = $run AND rank = $rank AND {cond} UNION ALL "
+         "SELECT segment, step, wall_time FROM class_metrics WHERE run_id = $run AND rank = $rank AND {cond}) "
+         "GROUP BY segment")
+
+
+def lake_segments(con: Any, run_id: str, rank: int) -> list[spool.SegmentInfo]:
+    """Rank ``rank``'s segments of run ``run_id`` as the lake's ROWS say (``con``: attached).
+
+    A segment's ``last_step`` is the last step of its rows in the lake, whatever its
+    ``end_step`` says (the metadata may lag the rows by a commit interval, and a lake
+    written by an older release may have it ahead of them); a segment whose rows are in
+    the lake and whose metadata is not yet is taken from its rows, so a resume never
+    reuses its number. The ``end_step`` bounds the scan: only files with later steps are read.
+    """
+    known = con.execute(
+        "SELECT segment, start_step, end_step, epoch(started_at), epoch(ended_at), reason FROM segments "
+        "WHERE run_id = ? AND rank = ? ORDER BY segment", [run_id, rank]).fetchall()
+    args = {"run": run_id, "rank": rank}
+    out = []
+    for segment, start, end, started, ended, reason in known:
+        found = None
+        if end is not None:
+            found = con.execute(_ROWS.format(cond=f"segment = {int(segment)} AND step >= {int(end)}"), args).fetchone()
+        if found is None:  # no metadata of its progress, or rows behind it: read the segment's rows
+            found = con.execute(_ROWS.format(cond=f"segment = {int(segment)}"), args).fetchone()
+        when = ended or started or time.time()
+        out.append(spool.SegmentInfo(run_id=run_id, rank=rank, segment=segment, start_step=start, reason=reason,
+                                     started_at=started or when, last_step=found[2] if found else None,
+                                     ended_at=ended, heartbeat=when, pid=0))
+    after = max((s.segment for s in out), default=-1)
+    for segment, low, high, first, last in con.execute(
+            _ROWS.format(cond=f"segment > {after}") + " ORDER BY segment", args).fetchall():
+        out.append(spool.SegmentInfo(run_id=run_id, rank=rank, segment=segment, start_step=low,
+                                     reason="resume" if segment else "start", started_at=first, last_step=high,
+                                     heartbeat=last, pid=0))
+    return out
 
 
 def _hand_over(home: Path, con: Any) -> None:

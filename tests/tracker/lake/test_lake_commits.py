@@ -154,3 +154,29 @@ def test_a_lake_with_the_old_views_is_migrated_by_the_next_writer(lake, home: Pa
     LakeStore(home).ingest()
     assert _lake("SELECT step FROM lake.main.curves") == [(2**63 - 1,)]
     assert _lake("SELECT hidden_from FROM lake.main.segment_bounds") == [(None,)]
+
+
+def test_a_flush_during_a_commit_never_puts_the_segments_ahead_of_the_rows(lake, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TRACKER_LAKE_COMMITTER", "follow")
+    run = tracker.init("p", run_id="race", loggers=["store"])
+    for step in range(10):
+        run.log({"a": float(step)}, step=step)
+    run.flush()
+    listed = spool.data_files
+
+    def flush_meanwhile(where: Path) -> list[Path]:  # the flusher lands a chunk and its segment file
+        found = listed(where)
+        for step in range(10, 20):
+            run.log({"a": float(step)}, step=step)
+        run.flush()
+        return found
+
+    monkeypatch.setattr(spool, "data_files", flush_meanwhile)
+    LakeStore(home).ingest(final=True)
+    monkeypatch.setattr(spool, "data_files", listed)
+    assert _lake("SELECT max(step) FROM lake.main.metrics") == [(9,)]
+    assert _lake("SELECT end_step FROM lake.main.segments") == [(9,)]  # not 19: those rows are not in the lake
+    LakeStore(home).ingest(final=True)
+    assert _lake("SELECT max(step), count(*) FROM lake.main.metrics") == [(19, 20)]
+    assert _lake("SELECT end_step FROM lake.main.segments") == [(19,)]
+    run.finish()
