@@ -33,6 +33,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.csv_logger",
     "plugins.console_logger",
     "plugins.losses",
+    "plugins.ssl_losses",
     "plugins.coco",
     "plugins.detectors",
     "plugins.vulkan_exec",

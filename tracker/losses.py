@@ -53,6 +53,9 @@ DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64")
 BACKEND_PREFERENCE: tuple[str, ...] = ("vulkan", "numpy", "torch")
 REFERENCE = "reference"
 PARAM_KINDS: tuple[str, ...] = ("float", "str", "vector", "float_or_vector")
+# What a term's two inputs are: logits and targets (N, C), two embedding views (N, D), or
+# student and teacher logits (N, K). The last two are pair terms: see tracker.pairterms.
+INPUT_KINDS: tuple[str, ...] = ("logits", "views", "student_teacher")
 
 KernelFn = Callable[..., "LossResult"]
 
@@ -160,6 +163,11 @@ class LossTerm:
     the checked user parameters (every schema entry, defaults filled, plus
     ``reduction``) into the keyword arguments kernels receive. ``examples(C)``
     gives parameter sets the conformance checks exercise.
+
+    ``inputs`` says what the two inputs are (:data:`INPUT_KINDS`); a pair term
+    (``views``, ``student_teacher``) also names its loss ``components``, the
+    ``reductions`` it supports, and whether it ``stops_gradient`` on its second
+    input for given resolved parameters (see :mod:`tracker.pairterms`).
     """
 
     name: str
@@ -168,6 +176,10 @@ class LossTerm:
     resolve: Callable[[dict[str, Any], int], dict[str, Any]] = _default_resolve
     examples: Callable[[int], Sequence[dict[str, Any]]] = _default_examples
     description: str = ""
+    inputs: str = "logits"
+    components: tuple[str, ...] = ()
+    reductions: tuple[str, ...] = REDUCTIONS
+    stops_gradient: Callable[[dict[str, Any]], bool] | None = None
 
     def validate(self) -> None:
         """Raise PluginError when the term is malformed (called by the host on register)."""
@@ -183,10 +195,17 @@ class LossTerm:
             if not isinstance(param, Param):
                 raise PluginError(f"loss term {self.name!r}: parameter {param!r} is not a tracker.losses.Param")
             param.validate()
+        if self.inputs != "logits" or self.components or self.reductions != REDUCTIONS:
+            from tracker.pairterms import validate_pair_term
+
+            validate_pair_term(self)
 
     def schema(self) -> dict[str, Param]:
         """Every parameter by name, ``reduction`` included."""
-        return {p.name: p for p in (*self.params, REDUCTION_PARAM)}
+        reduction = REDUCTION_PARAM
+        if self.reductions != REDUCTIONS:
+            reduction = Param("reduction", "str", "mean", tuple(self.reductions), doc="the term's own reductions")
+        return {p.name: p for p in (*self.params, reduction)}
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Check user parameters against the schema; return them converted, defaults filled."""
@@ -358,6 +377,10 @@ class BoundLoss:
             if self.kernel is None:
                 self.kernel = get_kernel(self.term, self.backend)
             kernel = self.kernel
+        if self.term.inputs != "logits":
+            from tracker.pairterms import call_pair
+
+            return call_pair(self, kernel, logits, targets, grad)
         x, y, g, shape = prepare_inputs(logits, targets, grad, kernel.dtypes)
         resolved = self.resolved(shape[-1])
         result = kernel.fn(x, y, g, **resolved)

@@ -23,7 +23,9 @@
 * ``inputs_unchanged``: logits and targets are not written.
 
 Every failure message names the term, the backend, the check, the case (parameter
-example, reduction, dtype) and the worst element.
+example, reduction, dtype) and the worst element. Pair terms (inputs ``views`` or
+``student_teacher``) get the same checks on the inputs they take:
+:mod:`tracker.testing.pair_checks`.
 """
 
 from __future__ import annotations
@@ -453,6 +455,14 @@ def _schema_report(term: LossTerm) -> ConformanceReport | None:
     return None
 
 
+def _checker_class(term: LossTerm) -> type[_Checker]:
+    if term.inputs == "logits":
+        return _Checker
+    from tracker.testing.pair_checks import PairChecker
+
+    return PairChecker
+
+
 def check_loss_term(term: LossTerm | str, *, raise_on_failure: bool = True) -> ConformanceReport:
     """Run the conformance checks on ``term``'s float64 reference.
 
@@ -462,7 +472,7 @@ def check_loss_term(term: LossTerm | str, *, raise_on_failure: bool = True) -> C
     loss_term = get_term(term)
     report = _schema_report(loss_term)
     if report is None:
-        checker = _Checker(loss_term, reference_kernel(loss_term), None)
+        checker = _checker_class(loss_term)(loss_term, reference_kernel(loss_term), None)
         checker.report.results.append(CheckResult(loss_term.name, "reference", "schema", "passed"))
         for check in _REFERENCE_CHECKS:
             checker.run(check, getattr(checker, check))
@@ -492,7 +502,7 @@ def check_kernel(term: LossTerm | str, backend: str | Kernel, *, raise_on_failur
         if reason:
             report = ConformanceReport([CheckResult(loss_term.name, kernel.backend, "available", "skipped", reason)])
         else:
-            checker = _Checker(loss_term, kernel, reference_kernel(loss_term))
+            checker = _checker_class(loss_term)(loss_term, kernel, reference_kernel(loss_term))
             for check in _KERNEL_CHECKS:
                 checker.run(check, getattr(checker, check))
             report = checker.report
