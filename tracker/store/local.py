@@ -269,9 +269,6 @@ class Store:
     # -- ingestion ---------------------------------------------------------------------
     def ingest(self, timeout: float | None = None) -> IngestReport:
         """Move spool files into the tables (idempotent, crash-safe). See module doc."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         report = IngestReport()
         for tmp in spool.stale_temp_files(self.home):
             with contextlib.suppress(OSError):
@@ -304,6 +301,9 @@ class Store:
                                 [paths],
                             ))
                     if todo:
+                        import pyarrow as pa  # only with files to record: a call with none never loads it
+                        import pyarrow.parquet as pq
+
                         names = [_file_key(p) for p in todo]
                         rows = [pq.read_metadata(p).num_rows for p in todo]
                         runs = [p.parent.name for p in todo]
@@ -331,6 +331,8 @@ class Store:
         return {r[0] for r in rows}
 
     def _set_aside_corrupt(self, files: list[Path], report: IngestReport) -> list[Path]:
+        if not files:
+            return []
         import pyarrow.parquet as pq
 
         good = []
@@ -514,20 +516,26 @@ _STREAMED_TYPES = frozenset({
 })
 
 
+def _streams(t: duckdb.DuckDBPyType) -> bool:
+    """True for a column type that streams into polars as pyarrow would give it: a flat one, or a list of one."""
+    return _streams(t.children[0][1]) if t.id == "list" else t.id in _STREAMED_TYPES
+
+
 def result_frame(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> pl.DataFrame:
     """The result of ``sql`` as a polars DataFrame.
 
-    A lone SELECT without parameters whose columns are all flat types streams into
-    polars through the Arrow C interface, without pyarrow: a CLI query of a store with
-    no live runs then never loads pyarrow and numpy (about 0.1 s). Anything else goes
-    through DuckDB's ``.pl()`` (nested and INTERVAL columns, statements that are not
-    queries, parameters), which gives the same frames.
+    A lone SELECT without parameters whose columns are all flat types or lists of them
+    (a run's tags) streams into polars through the Arrow C interface, without pyarrow:
+    a CLI query of a store with no live runs then never loads pyarrow and numpy (about
+    0.1 s). Anything else goes through DuckDB's ``.pl()`` (structs, maps, arrays and
+    INTERVAL columns, statements that are not queries, parameters), which gives the
+    same frames.
     """
     if params is None:
         statements = con.extract_statements(sql)
         if len(statements) == 1 and statements[0].type == duckdb.StatementType.SELECT:
             rel = con.sql(sql)
-            if rel is not None and all(t.id in _STREAMED_TYPES for t in rel.types):
+            if rel is not None and all(_streams(t) for t in rel.types):
                 return pl.DataFrame(rel)
         return con.execute(sql).pl()
     return con.execute(sql, params).pl()
