@@ -3,13 +3,18 @@
 Core commands live in :mod:`tracker.commands` (one module per concern, each with a
 ``register(cli)`` function); plugins add theirs through ``tracker_register_commands``.
 Errors surface as one clear line (``click.ClickException``), never a traceback.
+
+The CLI starts at once: a command's module is imported only when that command runs
+(click's lazy-group pattern), the command modules load polars, DuckDB and the store
+only inside the functions that use them, and ``tracker --help`` lists the commands from
+a kept listing (:mod:`tracker.commands._listing`) instead of loading every command and
+the plugin host.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-import pkgutil
 import sys
 from typing import Any, Callable
 
@@ -52,12 +57,22 @@ CORE_COMMANDS: dict[str, str] = {
 
 
 class LazyGroup(click.Group):
-    """A group that imports a command's module only when that command is used or listed."""
+    """A group that imports a command's module only when that command is used.
+
+    ``--help`` lists the commands from :func:`tracker.commands._listing.listing`, which
+    loads them only when its kept listing is missing or out of date.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._loaded: set[str] = set()
-        self._plugins_loaded = False
+        self._plugins_host: object | None = None  # the plugin host whose commands were added
+        self._plugin_commands: set[str] = set()
+
+    @property
+    def plugins_loaded(self) -> bool:
+        """True once the plugins' commands were added."""
+        return self._plugins_host is not None
 
     def _load_module(self, module: str) -> None:
         if module not in self._loaded:
@@ -65,22 +80,44 @@ class LazyGroup(click.Group):
             importlib.import_module(f"tracker.commands.{module}").register(self)
 
     def load_plugins(self) -> None:
-        if not self._plugins_loaded:
-            self._plugins_loaded = True
-            _load_plugin_commands(self)
+        """Add the commands of the process's plugin host; those of an earlier host (a test
+        that set its own) are taken out first."""
+        from tracker.host import get_host
+
+        host = get_host()
+        if host is self._plugins_host:
+            return
+        for name in self._plugin_commands:
+            self.commands.pop(name, None)
+            self._loaded.discard(CORE_COMMANDS.get(name, ""))  # a core command a plugin replaced comes back
+        before = dict(self.commands)
+        self._plugins_host = host
+        _load_plugin_commands(self)
+        self._plugin_commands = {n for n, c in self.commands.items() if before.get(n) is not c}
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in CORE_COMMANDS:
             self._load_module(CORE_COMMANDS[cmd_name])
-        elif cmd_name not in self.commands:
+        else:
             self.load_plugins()
         return super().get_command(ctx, cmd_name)
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def load_all(self) -> dict[str, click.Command]:
+        """Every core and plugin command, loaded."""
         for module in sorted(set(CORE_COMMANDS.values())):
             self._load_module(module)
         self.load_plugins()
+        return dict(self.commands)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self.load_all()
         return super().list_commands(ctx)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The help's command list, as click writes it, from the listing (see the module doc)."""
+        from tracker.commands._listing import listing
+
+        click.Group.format_commands(click.Group(self.name, commands=listing(self)), ctx, formatter)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -101,6 +138,8 @@ def cli(store: str | None, data_path: str | None) -> None:
 
 def core_command_modules() -> list[str]:
     """Every module of tracker.commands that registers commands."""
+    import pkgutil
+
     import tracker.commands as pkg
 
     return sorted(

@@ -23,14 +23,13 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import click
-import polars as pl
-from rich.cells import cell_len
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+
+if TYPE_CHECKING:  # polars and rich load when a table is printed, not when a command module is imported
+    import polars as pl
+    from rich.console import Console
 
 FORMATS = ("table", "csv", "json")
 format_option = click.option(
@@ -63,6 +62,8 @@ def stdout_is_terminal() -> bool:
 
 def csv_ready(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` with list, array and struct columns turned into JSON text (CSV takes flat columns)."""
+    import polars as pl
+
     nested = [name for name, dtype in df.schema.items() if dtype.is_nested()]
     if not nested:
         return df
@@ -101,6 +102,8 @@ def plan_layout(
     would mislead) or left out: those in ``drop_order`` first, in that order, then the
     others from the right.
     """
+    from rich.cells import cell_len
+
     natural = [max([cell_len(h)] + [cell_len(r[i]) for r in rows]) for i, h in enumerate(columns)]
     is_key = [c in keys for c in columns]
     floor = [
@@ -154,6 +157,10 @@ def print_rows(
         clean = [[v.replace("\t", " ").replace("\n", " ") for v in row] for row in [list(columns), *rows]]
         out.write("".join("\t".join(row) + "\n" for row in clean))
         return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     console = console or Console()
     layout = plan_layout(columns, rows, keys, console.width, drop_order, wrap, shrink)
     table = Table(title=title, title_justify="left")
@@ -188,6 +195,8 @@ def print_frame(
     shrink: Sequence[str] = (),
 ) -> None:
     """Print ``df`` to stdout in ``fmt`` (``table`` follows the rules of this module)."""
+    import polars as pl
+
     if fmt == "csv":
         sys.stdout.write(csv_ready(df).write_csv())
     elif fmt == "json":
@@ -202,6 +211,8 @@ def print_frame(
             df.columns, rows, title=title, keys=keys, drop_order=drop_order, shrink=shrink, terminal=terminal
         )
         if terminal and df.height > max_rows:
+            from rich.console import Console
+
             Console().print(f"[dim]... {df.height - max_rows} more rows (use --format csv for all)[/]")
 
 

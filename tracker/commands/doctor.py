@@ -8,7 +8,6 @@ import click
 
 from tracker.cli import friendly
 from tracker.commands.runs import home_option
-from tracker.store import Store
 
 
 @click.command("doctor")
@@ -22,6 +21,7 @@ def doctor_command(home: str | None, fix: bool) -> None:
     only its own run: readers leave that run's spool out until the file is fixed or set aside.
     """
     from tracker import doctor
+    from tracker.store import Store
 
     store = Store(home)
     problems = doctor.check(store.home)

@@ -9,7 +9,6 @@ import click
 
 from tracker.cli import friendly
 from tracker.commands._output import print_rows
-from tracker.host import get_host
 
 
 @click.command("plugins")
@@ -17,6 +16,8 @@ from tracker.host import get_host
 @friendly
 def plugins(fmt: str) -> None:
     """List plugins with what each registered."""
+    from tracker.host import get_host
+
     rows = list(get_host().describe())
     if fmt == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import polars as pl
-from rich.console import Console
 
 from tracker.cli import friendly
 from tracker.commands._output import format_option, print_frame, stdout_is_terminal
 from tracker.commands.summary import run_fields
 from tracker.errors import RunError
-from tracker.store import Store
+
+if TYPE_CHECKING:  # the store (DuckDB, polars) loads when a command uses it
+    from tracker.store import Store
 
 home_option = click.option(
     "--home", type=click.Path(file_okay=False), envvar="TRACKER_HOME", default=None,
@@ -22,6 +23,8 @@ home_option = click.option(
 
 
 def _store(home: str | None) -> Store:
+    from tracker.store import Store
+
     store = Store(home)
     is_lake = getattr(store, "setting", None) is not None
     if not is_lake and not store.path.exists() and not (store.home / "runs").exists():
@@ -91,6 +94,8 @@ def show_run(run_id: str, home: str | None, fmt: str, full: bool) -> None:
         out = {"run": info.to_dicts()[0], "segments": segs.to_dicts(), "keys": keys.to_dicts()}
         sys.stdout.write(json.dumps(out, default=str, indent=2) + "\n")
         return
+    import polars as pl
+
     record = info.to_dicts()[0]
     full = full or fmt != "table"  # csv: every value whole
     fields = run_fields(record, full=full, width=None if full else _summary_width(fmt, run_fields(record)))
@@ -109,6 +114,8 @@ def show_run(run_id: str, home: str | None, fmt: str, full: bool) -> None:
 def _summary_width(fmt: str, fields: list[tuple[str, str]]) -> int:
     """How many characters a summarised config value may take: what a terminal leaves beside the names."""
     if fmt == "table" and stdout_is_terminal():
+        from rich.console import Console
+
         longest = max((len(name) for name, _ in fields), default=0)
         return max(24, Console().width - longest - 7)
     return 60
@@ -160,6 +167,8 @@ def export(run_id: str, home: str | None, fmt: str, output: str | None, all_rows
 @friendly
 def ingest(home: str | None) -> None:
     """Move spooled rows of live or crashed runs into the database now."""
+    from tracker.store import Store
+
     report = Store(home).ingest()
     if report.skipped_locked:
         raise click.ClickException("the store is locked by another process; try again")

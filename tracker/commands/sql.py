@@ -11,20 +11,24 @@ silently dropped.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-import duckdb
 
 from tracker import spool
 from tracker.cli import friendly
 from tracker.commands._output import format_option, print_frame
 from tracker.commands.runs import home_option
 from tracker.errors import ConfigError, StoreError
-from tracker.store import Store
-from tracker.store.local import result_frame
+
+if TYPE_CHECKING:  # DuckDB and the store load when the command runs
+    import duckdb
 
 
 def one_statement(query: str) -> duckdb.Statement:
     """The single statement in ``query`` (DuckDB's parser), or a ConfigError saying what is wrong."""
+    import duckdb
+
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
@@ -64,6 +68,11 @@ def _why(exc: duckdb.Error) -> str:
 def sql(query: str, home: str | None, allow_files: bool, fmt: str, snapshot: int | None) -> None:
     """Run one read-only statement QUERY over the store: tables runs, segments, metrics,
     class_metrics, classes, events; views curves, class_curves, hidden_metrics, run_summary."""
+    import duckdb
+
+    from tracker.store import Store
+    from tracker.store.local import result_frame
+
     statement = one_statement(query)
     store = Store(home)
     if snapshot is not None:
