@@ -8,6 +8,7 @@ when the disk cannot keep up) is stated in :mod:`tracker.run`.
 from __future__ import annotations
 
 import logging
+import numbers
 import threading
 import time
 from collections import deque
@@ -16,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
+from tracker.errors import ConfigError
 from tracker.events import Event
 from tracker.loggers import Batch, Lane
 from tracker.runtables import class_table, events_table, metrics_table, salvage
@@ -28,6 +30,16 @@ MAX_BUFFERED_ROWS = 4 * FLUSH_ROWS
 LANE_BOUND_ROWS = 2 * MAX_BUFFERED_ROWS
 MAX_HELD_ROWS = MAX_BUFFERED_ROWS + LANE_BOUND_ROWS + 2 * FLUSH_ROWS  # values in memory, at most
 BACKPRESSURE_WAIT_S = 1.0
+
+
+def check_timeout(timeout: Any) -> float:
+    """``timeout`` of :meth:`Run.flush` as seconds, or a ConfigError naming it."""
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not 0 <= float(timeout) < float("inf"):
+        raise ConfigError(
+            f"run.flush: timeout is {timeout!r}; expected seconds >= 0 (a finite number), "
+            "or None for the logger timeout (tracker_logger_timeout, default 30 s)"
+        )
+    return float(timeout)
 
 
 class Flusher:
@@ -59,6 +71,10 @@ class Flusher:
     _reported_drops: dict[str, int]
     _lock: threading.Lock
     _done_lock: threading.Lock
+    _done_cv: threading.Condition
+    _open: dict[int, Batch]
+    _lost_seqs: deque[int]
+    _barrier_seq: int
     _wake: threading.Event
     _stop: threading.Event
     _thread: threading.Thread | None
@@ -127,7 +143,9 @@ class Flusher:
             except Exception:  # the flusher must survive anything
                 log.exception("tracker: flush of run %s failed", self.run_id)
 
-    def _flush(self) -> None:
+    def _flush(self) -> int:
+        """Hand what is buffered to the lanes; returns the sequence number of the last batch
+        handed off so far (-1 when none): every row logged before the call is in it or before."""
         with self._lock:
             for lane in self._lanes:
                 lane.check_hung(self.logger_timeout)
@@ -136,7 +154,7 @@ class Flusher:
             self._report_drops()
             buf, cbuf, ebuf = _drain(self._buf), _drain(self._cbuf), _drain(self._ebuf)
             if not (buf or cbuf or ebuf):
-                return
+                return self._seq - 1
             ident = (self.run_id, self.rank, self.segment)
             metrics = self._table(metrics_table, ident, buf, lambda r: len(r[3]))
             classes = self._table(class_table, ident, cbuf, lambda r: r[3].size)
@@ -153,6 +171,40 @@ class Flusher:
             self._hand_off(batch)
             if self._analysis is not None and (metrics is not None or classes is not None):
                 self._analysis.put(Batch(batch.seq, metrics, classes, None, batch.last_step))
+            return batch.seq
+
+    # -- the durability barrier (Run.flush) -----------------------------------------
+    def _barrier(self, limit: float) -> bool:
+        """Flush, then wait up to ``limit`` s until every lane is done with the batches
+        handed off so far; True when the durable record holds all of them."""
+        deadline = time.monotonic() + limit
+        since = self._barrier_seq
+        target = self._flush()
+        with self._done_cv:
+            self._done_cv.wait_for(lambda: not any(s <= target for s in self._open),
+                                   max(deadline - time.monotonic(), 0.0))
+            behind = [b for s, b in self._open.items() if s <= target and b.durable_pending]
+            lost = sum(1 for s in self._lost_seqs if since < s <= target)
+        if behind:
+            names = sorted({n for b in behind for n in b.durable_pending})
+            return self._barrier_missed(limit, f"logger {', '.join(map(repr, names))} has not written them yet")
+        self._barrier_seq = max(self._barrier_seq, target)
+        if lost:
+            log.warning(
+                "tracker: run %s: flush(): %d of the batches logged before it could not be written by the "
+                "store (a logger was disabled or dropped rows; see the warnings above and run.json)",
+                self.run_id, lost,
+            )
+            return False
+        return True
+
+    def _barrier_missed(self, limit: float, why: str) -> bool:
+        log.warning(
+            "tracker: run %s: flush() gave up after %g s: rows logged before it are not all durable yet (%s); "
+            "training goes on and they are written as soon as the logger can",
+            self.run_id, limit, why,
+        )
+        return False
 
     def _table(self, build: Any, ident: tuple[str, int, int], rows: list[Any], size: Any) -> pa.Table | None:
         if not rows:
@@ -174,6 +226,11 @@ class Flusher:
             batch.durable_ok = bool(batch.durable_pending)
         else:  # no durable logger at all: the others are the run's record
             batch.durable_pending = set(batch.pending)
+        with self._done_lock:
+            if not batch.durable_pending:
+                self._lost_seqs.append(batch.seq)  # no logger left to make these rows durable
+            if batch.pending:
+                self._open[batch.seq] = batch
         if not lanes:
             with self._done_lock:
                 self._released += batch.rows
@@ -189,7 +246,7 @@ class Flusher:
     def _lane_done(self, lane: Lane, batch: Batch, written: bool) -> None:
         """A lane is done with ``batch``: release its rows once every lane is, and record
         the rows as durable once every durable lane wrote them."""
-        record = False
+        record = finished = False
         with self._done_lock:
             if lane.name not in batch.pending:
                 return
@@ -198,10 +255,17 @@ class Flusher:
                 batch.durable_pending.discard(lane.name)
                 batch.durable_ok = batch.durable_ok and written
                 record = not batch.durable_pending and batch.durable_ok
+                if not batch.durable_pending and not batch.durable_ok:
+                    self._lost_seqs.append(batch.seq)
             if not batch.pending:
                 self._released += batch.rows
+                finished = True
         if record and self._meta is not None:
             self._meta.flushed(batch.last_step, batch.seq)
+        if finished:  # after the segment JSON: a flush() that returns finds the spool claiming the rows
+            with self._done_cv:
+                self._open.pop(batch.seq, None)
+                self._done_cv.notify_all()
 
     def _report_drops(self) -> None:
         """An event and run.json fields for values a logger dropped since the last report."""

@@ -65,6 +65,7 @@ from tracker.flusher import (  # noqa: F401  (the limits are part of this module
     MAX_BUFFERED_ROWS,
     MAX_HELD_ROWS,
     Flusher,
+    check_timeout,
 )
 from tracker.loggers import DEFAULT_LOGGERS, LOGGER_TIMEOUT_S, Lane
 from tracker.runmeta import RunMeta
@@ -80,7 +81,6 @@ from tracker.system import system_options
 log = logging.getLogger(__name__)
 
 MAX_STEP = 2**63 - 1
-
 
 
 def _coerce(key: Any, value: Any) -> float:
@@ -158,6 +158,11 @@ class Run(Flusher):
         self._reported_drops: dict[str, int] = {}
         self._lock = threading.Lock()  # serialises flushes, never held by log()
         self._done_lock = threading.Lock()
+        self._done_cv = threading.Condition(self._done_lock)  # flush(): a batch left _open
+        self._open: dict[int, Any] = {}  # seq -> Batch that some logger has not finished (under _done_lock)
+        self._lost_seqs: deque[int] = deque(maxlen=1024)  # batches the durable record lacks (under _done_lock)
+        self._barrier_seq = -1  # the last batch a flush() has accounted for
+        self._finish_done = threading.Event()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._finished = False
@@ -197,6 +202,21 @@ class Run(Flusher):
             raise
         self._buf.append((step, time.time(), keys, vals))
         self._after_log(step, len(vals))
+
+    def _log_before_start(self, mapping: Mapping[str, Any], step: int) -> None:
+        """Log ``mapping`` at a ``step`` before this segment's start: rows an earlier segment
+        lost to a kill before they were durable (used by integrations that can read them back,
+        such as Ultralytics' ``results.csv``). Only later segments hide rows, so they are
+        visible; the caller checks first that no visible row holds them (else a duplicate)."""
+        if self._finished:
+            raise RunError(f"run {self.run_id!r} is finished; start or resume a run to log more")
+        step = self._check_step(step)
+        if step >= self.start_step:
+            raise RunError(f"step {step} is not before this segment's start step {self.start_step}; use run.log()")
+        keys = tuple(mapping)
+        self._check_keys(keys)
+        self._buf.append((step, time.time(), keys, [_coerce(k, v) for k, v in mapping.items()]))
+        self._rows += len(keys)
 
     def set_classes(self, names: Sequence[str]) -> None:
         """Name the classes of per-class vectors (index i is ``names[i]``)."""
@@ -260,13 +280,41 @@ class Run(Flusher):
             )
         )
 
-    def flush(self) -> None:
-        """Hand everything buffered so far to the loggers and wait until they wrote it
-        (at most the logger timeout)."""
-        self._flush()
-        deadline = time.monotonic() + self.logger_timeout
-        for lane in self._lanes:
-            lane.wait_idle(deadline - time.monotonic())
+    def log_embeddings(
+        self, key: str, z: Any, step: int | None = None, *, window: int | None = None,
+        gamma: float | None = None, every: int | None = None,
+    ) -> None:
+        """Queue embeddings ``z`` (N, D) of ``key`` at ``step`` (default: the last step) for the
+        collapse statistics ``key/rankme``, ``key/std`` and ``key/dead_dims``, computed off this
+        thread on a rolling window of ``window`` samples (see :mod:`tracker.embeddings`)."""
+        if self._finished:
+            raise RunError(f"run {self.run_id!r} is finished; start or resume a run to log more")
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"run.log_embeddings: key must be a non-empty str, got {key!r}")
+        step = self._check_step((self._last_step or self.start_step) if step is None else step)
+        if step < self.start_step:
+            self._bad_step(step)
+        from tracker.embeddings import monitor
+
+        monitor(self).submit(key, z, step, window, gamma, every)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """A durability barrier: hand every row logged so far to the loggers and wait until
+        they wrote it; True once all of it is durable in the spool (the store logger's
+        chunk files, fsynced and renamed into place, as the background flusher writes
+        them), so a checkpoint saved after a True loses no row to a ``kill -9``.
+
+        Waits at most ``timeout`` seconds (default: the logger timeout,
+        ``tracker_logger_timeout``, 30 s); past it, or when some of those rows could not
+        be written (a logger disabled, rows dropped), it warns and returns False and
+        training goes on. A logger whose call runs past the logger timeout is disabled as
+        always. Safe from any thread while the flusher runs, cheap when nothing is
+        pending, and True at once after :meth:`finish` (which flushes everything).
+        """
+        limit = self.logger_timeout if timeout is None else check_timeout(timeout)
+        if self._finished:  # finish() flushes and closes the loggers; another thread may be in it
+            return self._finish_done.wait(limit) or self._barrier_missed(limit, "finish() is still closing the loggers")
+        return self._barrier(limit)
 
     def finish(self, status: str = "finished") -> None:
         """Flush, close the loggers and mark the run ``status``. Safe to call twice.
@@ -275,6 +323,9 @@ class Run(Flusher):
         one flush: a logger still busy then is disabled with a warning naming it."""
         if self._finished:
             return
+        embeddings = self.__dict__.get("_embeddings")
+        if embeddings is not None:  # its last statistics go out with the last flush
+            embeddings.close(self.logger_timeout / 2)
         self._finished = True
         self._stop.set()
         self._wake.set()
@@ -301,6 +352,7 @@ class Run(Flusher):
             lane.request_close(self.status)
         for lane in lanes:
             lane.wait_closed(deadline - time.monotonic())
+        self._finish_done.set()
         _LIVE.discard(self)
         from tracker.host import call_hook
 
