@@ -27,6 +27,21 @@ step of the epoch Ultralytics restarts from, so the batches it replays after an
 interruption supersede the earlier rows (hidden, not deleted) and each curve has
 no duplicate and no gap.
 
+Durability: the per-batch rows are flushed (:meth:`tracker.run.Run.flush`, a barrier)
+at ``on_train_epoch_end`` and again right before Ultralytics writes ``last.pt``, so a
+kill at any moment after a checkpoint loses no row logged before it. Ultralytics
+(8.4.190) logs an epoch's metrics only after its checkpoint, but writes them to
+``results.csv`` before it: a resume logs the metrics of checkpointed epochs that
+``results.csv`` holds and the run lacks (a kill between the save and their flush),
+at their step, once (values as ``results.csv`` rounds them, 6 significant digits).
+
+Ultralytics' own loggers: its MLflow callback (on whenever ``mlflow`` is importable;
+MLflow 3 then contacts its telemetry host and creates an experiment under the working
+folder) is taken off the trainer for the tracked training only, with one log line,
+unless ``MLFLOW_TRACKING_URI`` is set or ``track(..., ultralytics_loggers=True)``; the
+user's Ultralytics settings are never written. Its other callbacks (W&B, Comet,
+ClearML, DVC, Ray Tune, TensorBoard) run as the settings say.
+
 Loss substitution (``loss="class_weighted_bce"`` or any registered term): see
 :mod:`tracker.integrations.ultralytics_loss`. With a term, Ultralytics' own class
 weights (``cls_pw > 0``) are refused: they would weight the classes a second
@@ -52,10 +67,15 @@ log = logging.getLogger(__name__)
 STATE_FILE = "tracker.json"
 EVENTS = ("on_pretrain_routine_start", "on_pretrain_routine_end", "on_train_epoch_start", "on_train_batch_end",
           "on_train_epoch_end", "on_fit_epoch_end", "on_train_end", "teardown")
+MLFLOW_MODULE = "ultralytics.utils.callbacks.mlflow"
+# results.csv columns that are not the epoch's metrics (logged per batch, or bookkeeping)
+_NOT_EPOCH_METRICS = ("epoch", "time")
+_PER_BATCH_PREFIXES = ("train/", "lr/")
 
 
 def track(model: Any, *, project: str | None = None, name: str | None = None, run_id: str | None = None,
-          loss: str | None = None, log_every: int = 1, **loss_params: Any) -> None:
+          loss: str | None = None, log_every: int = 1, ultralytics_loggers: bool = False,
+          **loss_params: Any) -> None:
     """Attach tracking (and optionally a loss term) to an ``ultralytics.YOLO`` model; returns nothing.
 
     ``project`` defaults to the trainer's ``project`` folder name (else ``"yolo"``),
@@ -63,8 +83,12 @@ def track(model: Any, *, project: str | None = None, name: str | None = None, ru
     loss term that computes the detector's classification loss, with
     ``loss_params`` (``scheme``, ``counts`` defaulting to the training labels'
     counts, ``beta``, ``power``, ``pos_weight``, ``gamma``, ``alpha``, ...).
-    ``log_every`` logs the per-batch values every n-th batch.
+    ``log_every`` logs the per-batch values every n-th batch. ``ultralytics_loggers=True``
+    keeps Ultralytics' MLflow callback on (it is off for tracked trainings unless
+    ``MLFLOW_TRACKING_URI`` is set; see the module doc).
     """
+    if not isinstance(ultralytics_loggers, bool):
+        raise ConfigError(f"ultralytics_loggers is {ultralytics_loggers!r}; expected True or False")
     if not callable(getattr(model, "add_callback", None)):
         raise ConfigError(f"track() needs an ultralytics.YOLO model; got {type(model).__name__}")
     if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
@@ -76,6 +100,7 @@ def track(model: Any, *, project: str | None = None, name: str | None = None, ru
     elif loss_params:
         raise ConfigError(f"loss parameters {sorted(loss_params)} given without loss=...; name the loss term")
     state = _Tracker(project, name, run_id, loss, dict(loss_params), log_every)
+    state.ultralytics_loggers = ultralytics_loggers
     for event in EVENTS:
         model.add_callback(event, getattr(state, event))
 
@@ -92,6 +117,42 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return str(value)
+
+
+def mlflow_off(trainer: Any) -> bool:
+    """Take Ultralytics' MLflow callbacks off ``trainer`` (this training only: its callback
+    lists are its own copies); True when there were some. Settings are not touched."""
+    module = sys.modules.get(MLFLOW_MODULE)
+    removed = False
+    for event, fn in (getattr(module, "callbacks", None) or {}).items():
+        hooks = trainer.callbacks.get(event, [])
+        while fn in hooks:
+            hooks.remove(fn)
+            removed = True
+    return removed
+
+
+def epoch_rows(results: Path) -> dict[int, dict[str, float]]:
+    """``{epoch: {metric: value}}`` from an Ultralytics ``results.csv`` (the epoch's metrics only:
+    not ``time``, nor the per-batch ``train/*`` and ``lr/*`` columns); the last row of an epoch
+    wins (an epoch replayed after a kill before its checkpoint appears twice). Empty when absent."""
+    import csv
+
+    try:
+        with open(results, newline="", encoding="utf-8") as fh:
+            table = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return {}
+    out: dict[int, dict[str, float]] = {}
+    for row in table:
+        row = {str(k).strip(): v for k, v in row.items() if k is not None}
+        try:
+            epoch = int(float(row["epoch"]))
+            out[epoch] = {k: float(v) for k, v in row.items()
+                          if k not in _NOT_EPOCH_METRICS and not k.startswith(_PER_BATCH_PREFIXES) and v not in (None, "")}
+        except (KeyError, TypeError, ValueError):
+            continue  # a torn last line (killed while appending): its epoch has no checkpoint
+    return out
 
 
 def loss_items(trainer: Any) -> dict[str, float]:
@@ -127,6 +188,7 @@ class _Tracker:
         self.batches = 0
         self.batch = 0
         self.epoch_ended: int | None = None
+        self.ultralytics_loggers = False
 
     # -- setup -------------------------------------------------------------------
     def on_pretrain_routine_start(self, trainer: Any) -> None:
@@ -139,6 +201,11 @@ class _Tracker:
                 f"train with cls_pw=0 and pass scheme='power', power={cls_pw} to track() for the same "
                 "inverse-frequency weights"
             )
+        if not self.ultralytics_loggers and not os.environ.get("MLFLOW_TRACKING_URI") and mlflow_off(trainer):
+            from ultralytics.utils import LOGGER
+
+            LOGGER.info("tracker: Ultralytics' MLflow callback is off for this training (track() records it; "
+                        "set MLFLOW_TRACKING_URI or pass track(..., ultralytics_loggers=True) to keep it)")
 
     def on_pretrain_routine_end(self, trainer: Any) -> None:
         """Substitute or observe the classification loss, then start or resume the run."""
@@ -168,6 +235,15 @@ class _Tracker:
             weights = stock.detach().cpu().double().numpy()
         self.batches = len(trainer.train_loader)
         self._start_run(trainer, names, counts, weights)
+        save = getattr(trainer, "save_model", None)
+        if callable(save):  # the barrier right before last.pt is written (rows logged during validation too)
+            run = self.run
+
+            def save_model() -> Any:
+                run.flush()
+                return save()
+
+            trainer.save_model = save_model
 
     def _start_run(self, trainer: Any, names: list[str], counts: np.ndarray, weights: Any) -> None:
         save_dir = Path(trainer.save_dir)
@@ -190,6 +266,7 @@ class _Tracker:
                 )
             self.run = tracker.init(state["project"], config=config, run_id=state["run_id"], resume="must",
                                     resume_step=start, home=state["home"])
+            self._backfill_epochs(save_dir / "results.csv", int(trainer.start_epoch))
         else:
             project = self.project or (Path(str(trainer.args.project)).name if trainer.args.project else "yolo")
             self.run = tracker.init(project, name=self.name or str(trainer.args.name), config=config,
@@ -199,6 +276,35 @@ class _Tracker:
                                        "home": str(self.run.home), "batches_per_epoch": self.batches}))
             os.replace(tmp, state_file)
         self.run.set_classes(names)
+
+    def _backfill_epochs(self, results: Path, epochs: int) -> None:
+        """Log the metrics of checkpointed epochs (1..``epochs``) that ``results`` holds and
+        the run lacks: Ultralytics writes them there before the checkpoint, and we log them
+        after it, so a kill in between took them away. Never a duplicate: an epoch whose
+        ``epoch`` row is visible is left alone, and nothing is logged when that cannot be read."""
+        rows = {e: v for e, v in epoch_rows(results).items() if e <= epochs}
+        if not rows:
+            return
+        try:
+            from tracker.store import open_store
+
+            have = set(open_store(self.run.home).query(
+                "SELECT DISTINCT step FROM curves WHERE run_id = ? AND rank = ? AND key = 'epoch' AND step < ?",
+                [self.run.run_id, self.run.rank, self.run.start_step],
+            )["step"].to_list())
+        except Exception as exc:
+            log.warning("tracker: run %s: could not read which epochs it holds (%s); epoch metrics lost to an "
+                        "earlier kill are not restored from %s", self.run.run_id, exc, results)
+            return
+        filled = []
+        for epoch, values in sorted(rows.items()):
+            step = epoch * self.batches - 1
+            if step not in have:
+                self.run._log_before_start({**values, "epoch": float(epoch)}, step=step)
+                filled.append(epoch)
+        if filled:
+            log.warning("tracker: run %s: restored the metrics of epoch(s) %s from %s (lost to a kill after "
+                        "their checkpoint)", self.run.run_id, ", ".join(map(str, filled)), results)
 
     # -- per batch ---------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Any) -> None:
@@ -224,8 +330,11 @@ class _Tracker:
 
     # -- per epoch ---------------------------------------------------------------
     def on_train_epoch_end(self, trainer: Any) -> None:
-        """Remember which epoch trained last (the final evaluation comes without one)."""
+        """Remember which epoch trained last (the final evaluation comes without one), and make
+        the epoch's rows durable before Ultralytics validates and saves its checkpoint."""
         self.epoch_ended = int(trainer.epoch)
+        if self.run is not None:
+            self.run.flush()
 
     def on_fit_epoch_end(self, trainer: Any) -> None:
         """Log the epoch's metrics at its last batch's step; the final evaluation as ``best/...``."""
