@@ -65,7 +65,7 @@ def test_help_from_the_kept_listing_loads_nothing_heavy_and_lists_every_command(
     tracker.store.release()
     built, err, _ = run_tracker(tmp_path, ["--help"])  # loads every command and keeps the listing
     assert built.startswith("Usage: ") and not err, err
-    assert listed(built) == set(CORE_COMMANDS) | PLUGIN_COMMANDS
+    assert set(CORE_COMMANDS) | PLUGIN_COMMANDS <= listed(built)  # and any installed third-party plugin's
     (kept_file,) = (tmp_path / "tracker").glob("commands-*.json")
     kept = json.loads(kept_file.read_text())
     kept["failures"] = {"broken": "import failed: ImportError: no module named nope"}  # as if a plugin had failed
@@ -96,7 +96,7 @@ def test_disabled_plugins_name_another_kept_listing(monkeypatch: pytest.MonkeyPa
 def test_every_listed_command_runs() -> None:
     cli = build_cli()
     names = cli.list_commands(click.Context(cli))
-    assert set(names) == set(CORE_COMMANDS) | PLUGIN_COMMANDS
+    assert set(CORE_COMMANDS) | PLUGIN_COMMANDS <= set(names)
     for name in names:
         res = CliRunner().invoke(cli, [name, "--help"], prog_name="tracker")
         assert res.exit_code == 0, (name, res.output)
