@@ -49,11 +49,15 @@ precision and recall >= 0.95 per detector):
 ``memory_growth``, ``fragmentation``, ``step_time_regression``, ``data_stall``
     the system detectors over the ``sys/*`` keys: defaults and reasons in
     :mod:`tracker.analysis.system`.
+``collapse``
+    representation collapse in the statistics of ``run.log_embeddings``: defaults
+    and reasons in :mod:`tracker.analysis.collapse`.
 """
 
 from __future__ import annotations
 
 from tracker.analysis.classes import StagnantClasses
+from tracker.analysis.collapse import COLLAPSE
 from tracker.analysis.detectors import DetectorSpec, NonFinite
 from tracker.analysis.params import Param
 from tracker.analysis.ranks import RankDisagreement
@@ -190,7 +194,7 @@ DATA_STALL = DetectorSpec(
 SYSTEM_DETECTORS: tuple[DetectorSpec, ...] = (MEMORY_GROWTH, FRAGMENTATION, STEP_TIME_REGRESSION, DATA_STALL)
 
 BUILTIN: tuple[DetectorSpec, ...] = (
-    NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT, *SYSTEM_DETECTORS
+    NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT, *SYSTEM_DETECTORS, COLLAPSE
 )
 
 
