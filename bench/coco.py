@@ -19,7 +19,17 @@ that process alone. Figures are medians with the min-max spread:
 
 * ``tracker coco stats FILE --format json`` (interpreter start and imports included)
 * pycocotools ``COCO(FILE)`` and faster-coco-eval ``COCO(FILE)`` (the load alone)
+* ``tracker.coco.load(FILE, keep_segmentation=True)`` (the load alone, polygons kept)
 * ``tracker coco balance FILE --max-images M --out OUT`` (train2017 scale)
+
+Not the same work: ``tracker coco stats`` (like ``tracker.coco.load`` by default)
+cuts every segmentation polygon out of the bytes before parsing, so polygons never
+become Python objects, while both peers' loaders build every annotation's dict,
+polygons included. The like-for-like row is our loader keeping the polygons
+(``keep_segmentation=True``: the whole file parsed into Python objects, as the peers
+do) on the same file, timed the same way as the peers' loads; the printed ratios
+say which is which. (Giving the peers a polygon-free copy instead would time a file
+that nobody has; this keeps the input the same and the work the same.)
 
 Targets: stats >= 6x faster than both loads and peak RSS <= half of theirs, at
 both scales; balance <= 30 s, person <= 10% of instances, every class >=
@@ -46,6 +56,7 @@ from tracker import coco  # noqa: E402
 from tracker.coco.synthetic import ClassCount, read_counts, scale_counts, write_synthetic  # noqa: E402
 
 COUNTS = ROOT / "tracker" / "data" / "coco_train2017_class_counts.json"
+KEEP = "tracker coco.load(keep_segmentation)"
 FULL_IMAGES = 118_287
 
 
@@ -136,12 +147,17 @@ def report(title: str, src: Path, results: dict[str, list[Measure]]) -> None:
         print(f"{name:44s} {spread([m.seconds for m in ms]):>26s} "
               f"{statistics.median([m.cpu_seconds for m in ms]):7.2f} "
               f"{statistics.median([m.peak_rss_mb for m in ms]):12,.0f}")
-    ours = results["tracker coco stats"]
-    for name in ("pycocotools COCO(path) load", "faster-coco-eval COCO(path) load"):
-        ratios = [a.seconds / b.seconds for a, b in zip(results[name], ours)]
-        rss = [b.peak_rss_mb / a.peak_rss_mb for a, b in zip(results[name], ours)]
-        print(f"stats vs {name.split()[0]}: {spread(ratios)}x faster (target >= 6x); "
-              f"peak RSS {statistics.median(rss):.2f}x theirs (target <= 0.5)")
+    for ours_name, label, note in (
+            ("tracker coco stats", "stats", "(polygons skipped while parsing, the peers parse them)"),
+            (KEEP, "like for like, load keeping polygons", "(every polygon parsed on both sides)")):
+        ours = results[ours_name]
+        print(f"{label} {note}:")
+        for name in ("pycocotools COCO(path) load", "faster-coco-eval COCO(path) load"):
+            ratios = [a.seconds / b.seconds for a, b in zip(results[name], ours)]
+            rss = [b.peak_rss_mb / a.peak_rss_mb for a, b in zip(results[name], ours)]
+            target = "  (targets: >= 6x, <= 0.5)" if ours_name == "tracker coco stats" else ""
+            print(f"  vs {name.split()[0]}: {spread(ratios)}x faster; "
+                  f"peak RSS {statistics.median(rss):.2f}x theirs{target}")
 
 
 def main() -> None:
@@ -170,6 +186,8 @@ def main() -> None:
                 [sys.executable, "-c", f"from pycocotools.coco import COCO; COCO({str(path)!r})"],
             "faster-coco-eval COCO(path) load":
                 [sys.executable, "-c", f"from faster_coco_eval import COCO; COCO({str(path)!r})"],
+            KEEP: [sys.executable, "-c", "from tracker import coco; "
+                   f"coco.load({str(path)!r}, keep_segmentation=True)"],
         }
 
     cmds = loaders(src)
