@@ -9,7 +9,9 @@ to the run's loggers, each on its own worker thread (:class:`tracker.loggers.Lan
 writing comes first; the online detectors run after, on their own thread, and the
 events they find go out with the next flush. ``finish()`` and interpreter exit
 flush; a ``kill -9`` loses at most the rows not yet written, normally the last flush
-interval.
+interval. :meth:`Run.flush` is a durability barrier for checkpoints: it returns True
+once every row logged before it is in the spool, so a kill after a checkpoint saved
+after it loses none of them.
 
 Memory is bounded whatever the logging rate (the policy when the disk cannot keep up):
 

@@ -135,7 +135,8 @@ def fake_mlflow(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPa
     if "ultralytics" not in sys.modules:
         apply_env(env)
     module = types.ModuleType(MLFLOW_MODULE)
-    module.callbacks = {"on_pretrain_routine_end": lambda t: None, "on_fit_epoch_end": lambda t: None}  # type: ignore[attr-defined]
+    hooks = {"on_pretrain_routine_end": lambda t: None, "on_fit_epoch_end": lambda t: None}
+    module.callbacks = hooks  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, MLFLOW_MODULE, module)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return module

@@ -9,7 +9,9 @@ What :func:`track` logs (steps are global batch indices,
 * per batch: ``train/box_loss``, ``train/cls_loss``, ``train/dfl_loss`` (the
   criterion's loss items of that batch, the dict of 8.4 or the tensor of older
   releases), ``lr/pg0``... (each optimizer param group), and the per-class vector
-  ``train/cls_loss`` (``run.log_classes``), which sums to ``train/cls_loss``;
+  ``train/cls_loss`` (``run.log_classes``), which sums to ``train/cls_loss``; and
+  ``sys/data_time``, the seconds the batch waited for the data loader (from the
+  previous batch's end, or the epoch's start, to ``on_train_batch_start``);
 * per epoch, at the step of its last batch: every metric Ultralytics reports
   (``metrics/mAP50(B)``, ``metrics/mAP50-95(B)``, precision, recall, ``val/*``)
   and ``epoch`` (completed epochs, 1-based as in ``results.csv``). The evaluation
@@ -54,6 +56,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -65,8 +68,8 @@ from tracker.errors import ConfigError, RunError
 log = logging.getLogger(__name__)
 
 STATE_FILE = "tracker.json"
-EVENTS = ("on_pretrain_routine_start", "on_pretrain_routine_end", "on_train_epoch_start", "on_train_batch_end",
-          "on_train_epoch_end", "on_fit_epoch_end", "on_train_end", "teardown")
+EVENTS = ("on_pretrain_routine_start", "on_pretrain_routine_end", "on_train_epoch_start", "on_train_batch_start",
+          "on_train_batch_end", "on_train_epoch_end", "on_fit_epoch_end", "on_train_end", "teardown")
 MLFLOW_MODULE = "ultralytics.utils.callbacks.mlflow"
 # results.csv columns that are not the epoch's metrics (logged per batch, or bookkeeping)
 _NOT_EPOCH_METRICS = ("epoch", "time")
@@ -148,8 +151,8 @@ def epoch_rows(results: Path) -> dict[int, dict[str, float]]:
         row = {str(k).strip(): v for k, v in row.items() if k is not None}
         try:
             epoch = int(float(row["epoch"]))
-            out[epoch] = {k: float(v) for k, v in row.items()
-                          if k not in _NOT_EPOCH_METRICS and not k.startswith(_PER_BATCH_PREFIXES) and v not in (None, "")}
+            out[epoch] = {k: float(v) for k, v in row.items() if v not in (None, "")
+                          and k not in _NOT_EPOCH_METRICS and not k.startswith(_PER_BATCH_PREFIXES)}
         except (KeyError, TypeError, ValueError):
             continue  # a torn last line (killed while appending): its epoch has no checkpoint
     return out
@@ -187,6 +190,8 @@ class _Tracker:
         self.per_class: Callable[[], Any] | None = None
         self.batches = 0
         self.batch = 0
+        self.batch_done = 0.0  # perf_counter when the last batch ended (or the epoch started)
+        self.data_time: float | None = None
         self.epoch_ended: int | None = None
         self.ultralytics_loggers = False
 
@@ -310,9 +315,15 @@ class _Tracker:
     def on_train_epoch_start(self, trainer: Any) -> None:
         """Count batches from 0 in each epoch."""
         self.batch = 0
+        self.batch_done = time.perf_counter()
+
+    def on_train_batch_start(self, trainer: Any) -> None:
+        """The batch has arrived: the time since the last one ended is the wait for data."""
+        self.data_time = time.perf_counter() - self.batch_done
 
     def on_train_batch_end(self, trainer: Any) -> None:
         """Log the batch's loss items, learning rates and per-class classification loss."""
+        self.batch_done = time.perf_counter()  # the wait for the next batch starts now (logging takes microseconds)
         if self.run is None:
             return
         i = self.batch
@@ -323,6 +334,8 @@ class _Tracker:
         values = {f"train/{k}": v for k, v in loss_items(trainer).items()}
         for j, group in enumerate(trainer.optimizer.param_groups):
             values[f"lr/pg{j}"] = float(group["lr"])
+        if self.data_time is not None:
+            values["sys/data_time"] = self.data_time
         self.run.log(values, step=step)
         per_class = self.per_class() if self.per_class is not None else None
         if per_class is not None:
