@@ -15,8 +15,8 @@ the order rotates each round. The table shows medians of the timed rounds:
 * seconds from the last logging call until the close/finish call returned, and until
   the peer's reader sees the run (ours: ``finish()`` with its ingest into DuckDB);
 * the share of points that survive a SIGKILL of the writer (the process and every
-  process it started, W&B's service included) ``--kill-after`` seconds after its last
-  logging call, read back by a fresh process (kill rounds, ``--kill-rounds``);
+  process it started, W&B's service included) ``--kill-after`` seconds (1 and 5) after
+  its last logging call, read back by a fresh process (``--kill-rounds``, default 1);
 * bytes on disk; seconds to read one key's every point back with the peer's reader;
 * each peer's ratio to ours.
 
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds")
     parser.add_argument("--kill-rounds", type=int, default=1, help="rounds of the kill -9 test (0: none)")
-    parser.add_argument("--kill-after", default="1", help="seconds after the last log call, comma-separated")
+    parser.add_argument("--kill-after", default="1,5", help="seconds after the last log call, comma-separated")
     parser.add_argument("--cache", type=Path, default=None, help="where the peers' venvs live")
     parser.add_argument("--python", default="python3.11", help="interpreter the peers' venvs are made from")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one peer's run may take")
