@@ -44,6 +44,8 @@ class StoreSession:
     def write(self, batch: Batch) -> None:
         prefix = f"r{self.run.rank}-s{self.run.segment:04d}-{batch.seq:06d}"
         if self._written[0] != batch.seq:
+            if self.committer is not None:  # the lake's backpressure (see tracker.store.lakerun)
+                self.committer.admit(batch.rows)
             self._written = (batch.seq, set())
         done = self._written[1]
         for table_name, table in (

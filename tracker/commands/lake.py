@@ -117,8 +117,11 @@ def follow(interval: float, home: str | None) -> None:
 @format_option
 @friendly
 def status(home: str | None, fmt: str) -> None:
-    """Catalog, data path, snapshots, and each host's pending chunks."""
-    from tracker import spool
+    """Catalog, data path, snapshots, and each host's backlog: the chunks and rows its
+    spool still held at its last commit, and how old the oldest of them was then."""
+    import polars as pl
+
+    from tracker.store.lakespool import backlog
 
     store = _lake(home)
     snaps = store.snapshots()
@@ -126,8 +129,16 @@ def status(home: str | None, fmt: str) -> None:
     click.echo(f"data path: {store.setting.data_path}")
     last = snaps.tail(1).rows()
     click.echo(f"snapshots: {snaps.height}" + (f" (latest {last[0][0]} at {last[0][1]})" if last else ""))
-    click.echo(f"this host: {len(spool.data_files(store.home))} chunks pending in {store.home}")
-    print_frame(store.query("SELECT host, home, pending AS pending_chunks, committed_at FROM hosts ORDER BY host"), fmt)
+    here = backlog(store.home)
+    click.echo(f"this host: {here.chunks} chunks, {here.rows:,} rows pending in {store.home}"
+               + (f" (oldest {here.oldest_s:.1f} s)" if here.chunks else ""))
+    hosts = store.query("SELECT * FROM hosts ORDER BY host, home")
+    for col in ("pending_rows", "backlog_s"):  # a lake no writer of this release has migrated yet
+        if col not in hosts.columns:
+            hosts = hosts.with_columns(pl.lit(None, pl.Float64).alias(col))
+    print_frame(hosts.select("host", "home", pl.col("pending").alias("backlog_chunks"),
+                             pl.col("pending_rows").alias("backlog_rows"), pl.col("backlog_s").round(1),
+                             "committed_at"), fmt)
 
 
 def register(cli: click.Group) -> None:

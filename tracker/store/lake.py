@@ -31,7 +31,6 @@ import fcntl
 import logging
 import os
 import random
-import socket
 import threading
 import time
 from pathlib import Path
@@ -40,14 +39,16 @@ from typing import Any, Iterator, Sequence
 import duckdb
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tracker import schema, spool
 from tracker.errors import ConfigError, StoreError, StoreUnavailableError
+from tracker.store import lakecommit
+from tracker.store.lakecommit import MIGRATIONS, lake_ddl, meta_shape
 from tracker.store.lakeconn import classify, is_conflict, offline_connection
-from tracker.store.local import IngestReport, Store, _file_key
+from tracker.store.lakespool import Backlog, backlog
+from tracker.store.local import IngestReport, Store
 from tracker.store.settings import LakeSetting, current
-from tracker.store.spoolmeta import META_TABLES, host_meta
+from tracker.store.spoolmeta import host_meta
 from tracker.store.sqltext import inline_params, lock_down, sql_text
 
 log = logging.getLogger(__name__)
@@ -59,29 +60,8 @@ LAKE_VIEWS = "views-m003"  # schema_migrations row: the lake's views are those o
 _SHARED: dict[tuple[int, str], duckdb.DuckDBPyConnection] = {}  # (pid, lake) -> read-only attachment
 _SHARED_LOCK = threading.Lock()
 _META_SENT: dict[tuple[str, Path], tuple[str, float]] = {}  # (lake, spool) -> (shape, when) of the last metadata commit
-STATS = {"commits": 0, "conflicts": 0, "conflicts_rows": 0, "conflicts_meta": 0, "unavailable": 0,
+STATS = {"commits": 0, "rows": 0, "conflicts": 0, "conflicts_rows": 0, "conflicts_meta": 0, "unavailable": 0,
          "commit_s": 0.0, "commit_max_s": 0.0, "final_commit_s": 0.0}
-
-
-def lake_ddl() -> list[str]:
-    """The schema's tables (without primary keys) and views, for DuckLake."""
-    stmts = []
-    for name, cols in {**schema.TABLES_SQL, "spool_state": "id INTEGER, fingerprint VARCHAR",
-                       "hosts": "host VARCHAR, home VARCHAR, pending BIGINT, committed_at TIMESTAMP",
-                       "schema_migrations": "name VARCHAR, applied_at TIMESTAMP"}.items():
-        parts = [p.strip() for p in cols.replace("PRIMARY KEY (", "PRIMARY KEY(").split(",")]
-        kept, skip = [], False
-        for p in parts:  # drop "PRIMARY KEY(a, b)" (spans parts) and a column's " PRIMARY KEY"
-            if p.startswith("PRIMARY KEY("):
-                skip = not p.endswith(")")
-                continue
-            if skip:
-                skip = not p.endswith(")")
-                continue
-            kept.append(p.removesuffix(" PRIMARY KEY"))
-        stmts.append(f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(kept)})")
-    stmts.extend(f"CREATE VIEW IF NOT EXISTS {name} AS {sql}" for name, sql in schema.VIEWS_SQL.items())
-    return stmts
 
 
 class LakeStore(Store):
@@ -145,6 +125,13 @@ class LakeStore(Store):
             self._retrying(lambda c: [c.execute(s) for s in (
                 *(f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in schema.VIEWS_SQL.items()),
                 f"INSERT INTO schema_migrations VALUES ('{LAKE_VIEWS}', now())")], con)
+        for name, stmts in MIGRATIONS:  # columns added since (IF NOT EXISTS: two writers may race)
+            if name in done:
+                continue
+            if read_only:
+                return
+            self._retrying(lambda c, todo=(*stmts, f"INSERT INTO schema_migrations VALUES ('{name}', now())"):
+                           [c.execute(x) for x in todo], con)
         _MIGRATED.add(self.setting.key())
 
     def init(self) -> list[str]:
@@ -217,7 +204,8 @@ class LakeStore(Store):
         progress (``end_step``, ``updated_at``) at most every ``TRACKER_LAKE_META_INTERVAL``
         seconds (default 5), or now when ``final``. The metadata committed is the one
         read before the chunks were listed, and rows go first, so a segment's ``end_step``
-        in the lake never claims a step whose rows are not in it.
+        in the lake never claims a step whose rows are not in it. The ``hosts`` row
+        records what the spool still holds after the commit (chunks, rows, age).
 
         ``con``: a connection from :meth:`attach` kept by a committer between commits
         (attaching costs a second on a busy machine); None: attach and close here.
@@ -239,37 +227,60 @@ class LakeStore(Store):
             own = con is None
             con = self.attach(read_only=False, timeout=timeout) if con is None else con
             try:
-                done = self._already_ingested(con, files)
-                todo = self._set_aside_corrupt([f for f in files if _file_key(f) not in done], report)
-                if todo:
-                    report.rows = self._retrying(lambda c: self._commit_rows(c, todo), con, what="rows")
-                report.files = len(todo)
-                for p in files:  # all in the lake now
-                    with contextlib.suppress(OSError):
-                        p.unlink()
+                if files:
+                    self._commit_chunks(con, files, report)
+                    for p in files:  # all in the lake now (or set aside as corrupt)
+                        with contextlib.suppress(OSError):
+                            p.unlink()
                 if tables is not None:
-                    shape = _meta_shape(tables)
-                    last = _META_SENT.get((self.setting.key(), self.home))
-                    interval = float(os.environ.get("TRACKER_LAKE_META_INTERVAL", "5"))
-                    if final or last is None or last[0] != shape or time.monotonic() - last[1] >= interval:
-                        pending = len(files) - len(done) - len(todo)
-                        try:  # between two runs' rows, a conflict just waits for the next commit
-                            self._retrying(lambda c: self._commit_meta(c, tables, pending), con,
-                                           attempts=8 if final else 1, what="meta")
-                        except duckdb.Error as exc:
-                            if final or not is_conflict(exc):
-                                raise
-                            STATS["conflicts"] += 1
-                            STATS["conflicts_meta"] += 1
-                        else:
-                            self._meta_committed(fingerprint, record=True)
-                            _META_SENT[(self.setting.key(), self.home)] = (shape, time.monotonic())
+                    self._commit_progress(con, tables, fingerprint, final)
             except duckdb.Error as exc:
                 raise classify(self.setting, exc) from None
             finally:
                 if own:
                     con.close()
+        STATS["rows"] += report.rows
         return report
+
+    def _commit_chunks(self, con: duckdb.DuckDBPyConnection, files: list[Path], report: IngestReport) -> None:
+        """The rows of ``files`` in one transaction; a chunk that cannot be read is set aside.
+
+        Footers are checked first (cheap); only when the INSERT fails for another reason
+        than a conflict or the catalog is every chunk read in full, the bad ones set aside,
+        and the rest committed."""
+        todo, report.corrupt = lakecommit.check_footers(self.home, files)
+        if not todo:
+            return
+        try:
+            report.rows, report.files = self._retrying(lambda c: self._commit_rows(c, todo), con, what="rows")
+        except duckdb.Error as exc:
+            if is_conflict(exc) or isinstance(classify(self.setting, exc), StoreUnavailableError):
+                raise
+            kept = self._set_aside_corrupt(list(todo), report)
+            if len(kept) == len(todo):
+                raise
+            todo = {p: todo[p] for p in kept}
+            report.rows, report.files = self._retrying(lambda c: self._commit_rows(c, todo), con, what="rows")
+
+    def _commit_progress(self, con: duckdb.DuckDBPyConnection, tables: tuple[pa.Table, ...],
+                         fingerprint: str, final: bool) -> None:
+        """Commit the run metadata ``tables`` when due (see :meth:`ingest`)."""
+        shape = meta_shape(tables)
+        last = _META_SENT.get((self.setting.key(), self.home))
+        interval = float(os.environ.get("TRACKER_LAKE_META_INTERVAL", "5"))
+        if not (final or last is None or last[0] != shape or time.monotonic() - last[1] >= interval):
+            return
+        left = backlog(self.home)
+        try:  # between two runs' rows, a conflict just waits for the next commit
+            self._retrying(lambda c: self._commit_meta(c, tables, left), con, attempts=8 if final else 1, what="meta")
+        except duckdb.Error as exc:
+            if final or not is_conflict(exc):
+                raise
+            STATS["conflicts"] += 1
+            STATS["conflicts_meta"] += 1
+        else:
+            self._meta_committed(fingerprint, record=True)
+            _META_SENT[(self.setting.key(), self.home)] = (shape, time.monotonic())
 
     def _meta_committed(self, fingerprint: str, record: bool = False) -> bool:
         """Was this spool's metadata (``fingerprint``) already committed to this lake?"""
@@ -286,43 +297,11 @@ class LakeStore(Store):
         except OSError:
             return False
 
-    def _commit_rows(self, con: duckdb.DuckDBPyConnection, todo: list[Path]) -> int:
-        done = self._already_ingested(con, todo)  # again inside the transaction
-        todo = [p for p in todo if _file_key(p) not in done]
-        if not todo:
-            return 0
-        for table in spool.TABLES:
-            paths = [str(p) for p in todo if spool.table_of(p) == table]
-            if paths:
-                cols = ", ".join(spool.column_names(table))
-                # no ORDER BY: sorting was 3/4 of a commit's CPU, and a key's curve reads as fast
-                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?)", [paths])
-        counts = [pq.read_metadata(p).num_rows for p in todo]
-        con.register("_ingest", pa.table({"name": [_file_key(p) for p in todo],
-                                           "run_id": [p.parent.name for p in todo], "rows": counts}))
-        con.execute("INSERT INTO ingested_files SELECT name, run_id, rows, now() FROM _ingest")
-        con.unregister("_ingest")
-        return sum(counts)
+    def _commit_rows(self, con: duckdb.DuckDBPyConnection, todo: dict[Path, int]) -> tuple[int, int]:
+        return lakecommit.commit_rows(con, todo)
 
-    def _commit_meta(self, con: duckdb.DuckDBPyConnection, tables: tuple[pa.Table, ...], pending: int) -> None:
-        for (name, keys), table in zip(META_TABLES, tables):
-            if table.num_rows == 0:
-                continue
-            con.register("_meta", table)
-            on = " AND ".join(f"s.{k} = {name}.{k}" for k in keys)
-            cols = ", ".join(table.column_names)
-            if name == "runs":  # the newest writer of a run's row wins (a run moves between hosts)
-                con.execute(f"DELETE FROM runs WHERE EXISTS (SELECT 1 FROM _meta s WHERE {on} "
-                            "AND s.updated_at >= runs.updated_at)")
-                con.execute(f"INSERT INTO runs ({cols}) SELECT {cols} FROM _meta s "
-                            "WHERE NOT EXISTS (SELECT 1 FROM runs WHERE runs.run_id = s.run_id)")
-            else:
-                con.execute(f"DELETE FROM {name} WHERE EXISTS (SELECT 1 FROM _meta s WHERE {on})")
-                con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM _meta")
-            con.unregister("_meta")
-        host = socket.gethostname()
-        con.execute("DELETE FROM hosts WHERE host = ? AND home = ?", [host, str(self.home)])
-        con.execute("INSERT INTO hosts VALUES (?, ?, ?, now())", [host, str(self.home), max(pending, 0)])
+    def _commit_meta(self, con: duckdb.DuckDBPyConnection, tables: tuple[pa.Table, ...], left: Backlog) -> None:
+        lakecommit.commit_meta(con, tables, self.home, left)
 
     # -- queries -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -486,15 +465,3 @@ def release_shared() -> None:
     for con in found:
         with contextlib.suppress(duckdb.Error):
             con.close()
-
-
-def _meta_shape(tables: tuple[pa.Table, ...]) -> str:
-    """A digest of run metadata without its progress columns (``updated_at``, ``end_step``)."""
-    import hashlib
-
-    h = hashlib.blake2b(digest_size=16)
-    for table in tables:
-        kept = [c for c in table.column_names if c not in ("updated_at", "end_step")]
-        h.update(repr(table.select(kept).to_pydict()).encode())
-    return h.hexdigest()
-

@@ -5,11 +5,21 @@
   only warns, training goes on), and copies a run's metadata and this rank's segments
   from the lake into the local spool when this host has not seen them, so a run
   preempted on host A resumes on host B with the right segment and step.
-* :class:`Committer`: one thread per (process, spool) while runs are live, committing
-  the spool's pending chunks into the lake every ``TRACKER_COMMIT_INTERVAL`` seconds
-  (default 1) in one transaction. While the catalog is out of reach it logs ONE
-  warning, keeps the rows in the spool and retries with backoff; it logs once more
-  when commits resume.
+* :class:`Committer`: one thread per (process, spool) while runs are live, starting a
+  commit of every pending chunk of the spool (one transaction) every
+  ``TRACKER_COMMIT_INTERVAL`` seconds (default 1); a commit that takes longer is
+  followed by the next at once, which then takes all that came meanwhile: the slower
+  the commits, the fewer and larger they are. While the catalog is out of reach it
+  logs ONE warning, keeps the rows in the spool and retries with backoff; it logs once
+  more when commits resume.
+* Backpressure (the spool's rule, :mod:`tracker.run`: a store slower than the training
+  loop slows the loop rather than growing without bound): while more than
+  ``TRACKER_LAKE_BACKLOG_ROWS`` rows (default 1,000,000) that the store logger spooled
+  wait for a commit, the logger waits for the next commit before it spools more, at
+  most :data:`ADMIT_WAIT_S` per batch (so it never stalls long enough for ``log()`` to
+  give up waiting and a logger to drop rows), and ``log()`` waits for it in turn. One
+  warning says so. An unreachable catalog applies no backpressure: the spool keeps the
+  rows and training goes on.
 """
 
 from __future__ import annotations
@@ -37,6 +47,9 @@ _STARTED: "weakref.WeakSet[Committer]" = weakref.WeakSet()
 _HANDOFF: dict[Path, Any] = {}  # connections attached by init, for the committer to start with
 _LOCK = threading.Lock()
 MAX_BACKOFF_S = 8.0
+BACKLOG_ROWS = 1_000_000  # rows waiting for a commit past which the store logger waits (TRACKER_LAKE_BACKLOG_ROWS)
+ADMIT_WAIT_S = 0.4  # at most per batch: well within log()'s 1 s wait for its loggers
+MIN_GAP_S = 0.05  # between two commits when the last one took the whole interval
 
 
 def _epoch(ts: Any) -> float | None:
@@ -152,6 +165,35 @@ class Committer:
         self._deadline = 0.0
         self._abandoned = False
         self._thread = threading.Thread(target=self._loop, name=f"tracker-lake-commit-{home.name}", daemon=True)
+        self.max_backlog = int(os.environ.get("TRACKER_LAKE_BACKLOG_ROWS", BACKLOG_ROWS))
+        self.waited_s = 0.0  # seconds the store logger waited for commits (backpressure)
+        self._spooled = 0  # rows the store logger announced (admit), and of those ...
+        self._committed = 0  # ... the rows announced before a commit that then succeeded began
+        self._progress = threading.Condition()
+        self._warned_behind = False
+
+    def behind(self) -> int:
+        """Rows spooled through :meth:`admit` that no finished commit has taken yet (about)."""
+        return self._spooled - self._committed
+
+    def admit(self, rows: int) -> None:
+        """Called by the store logger's lane before it spools ``rows`` rows: the backpressure
+        of the module doc (wait for a commit while too far behind, bounded)."""
+        with self._progress:
+            if self.behind() > self.max_backlog and not self._exempt():
+                start = time.monotonic()
+                if not self._warned_behind:
+                    self._warned_behind = True
+                    log.warning("tracker: commits of %s into the lake are more than %d rows behind the training "
+                                "process; logging slows to their pace until they catch up (backpressure; "
+                                "this warning is not repeated)", self.home, self.max_backlog)
+                self._progress.wait_for(lambda: self.behind() <= self.max_backlog or self._exempt(), ADMIT_WAIT_S)
+                self.waited_s += time.monotonic() - start
+            self._spooled += rows
+
+    def _exempt(self) -> bool:
+        """No backpressure while the catalog is out of reach, commits fail, or the committer stops."""
+        return self.down_since is not None or self.failed_with is not None or self._stop.is_set()
 
     def start(self) -> None:
         _STARTED.add(self)
@@ -189,6 +231,7 @@ class Committer:
         wait = self.interval
         while True:
             stopping = self._stop.wait(wait)
+            started = time.monotonic()
             ok = self.commit_once(final=stopping)
             if stopping:
                 # the last rows: retry conflicts; an unreachable catalog leaves them spooled at once
@@ -197,7 +240,10 @@ class Committer:
                     ok = self.commit_once(final=True)
                 self._close()
                 return
-            wait = self.interval if ok else min(max(wait, self.interval) * 2, MAX_BACKOFF_S) * (0.5 + random.random())
+            if ok:  # the next commit starts one interval after this one started, or at once
+                wait = max(self.interval - (time.monotonic() - started), MIN_GAP_S)
+            else:
+                wait = min(max(wait, self.interval) * 2, MAX_BACKOFF_S) * (0.5 + random.random())
 
     def _close(self) -> None:
         if self._con is not None:
@@ -218,7 +264,11 @@ class Committer:
                     self._con = _HANDOFF.pop(self.home, None) or store.attach(read_only=False)
                 self._con.execute("SET threads = 1")  # leave the other cores to training
             if not self._abandoned:  # abandon() may have come while attaching
+                mark = self._spooled  # rows announced before the chunks are listed
                 store.ingest(con=self._con, final=final)
+                with self._progress:
+                    self._committed = max(self._committed, mark)
+                    self._progress.notify_all()
         except StoreError:
             self._close()
             raise
@@ -234,6 +284,7 @@ class Committer:
             if self.down_since is None:
                 self.down_since = time.time()
                 log.warning("tracker: %s; retrying with backoff (this warning is not repeated)", exc)
+            self._wake_waiters()
             return False
         except StoreError as exc:
             if self._abandoned:  # interrupted at exit: stop() already said the rows stay spooled
@@ -241,6 +292,7 @@ class Committer:
             if str(exc) != self.failed_with:
                 self.failed_with = str(exc)
                 log.warning("tracker: committing %s into the lake failed: %s; retrying", self.home, exc)
+            self._wake_waiters()
             return False
         if self.down_since is not None:
             log.warning("tracker: the lake's catalog is reachable again after %.0f s; spooled rows committed",
@@ -250,10 +302,19 @@ class Committer:
         return True
 
 
+    def _wake_waiters(self) -> None:
+        with self._progress:
+            self._progress.notify_all()
+
+
 class _Follower:
-    """Stands for the ``tracker lake follow`` process that commits this spool instead."""
+    """Stands for the ``tracker lake follow`` process that commits this spool instead
+    (no backpressure: that process is not told what this one spools)."""
 
     users = 0
+
+    def admit(self, rows: int) -> None:
+        """No backpressure across processes."""
 
 
 def acquire(home: Path) -> Committer | _Follower | None:

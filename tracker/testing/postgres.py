@@ -4,6 +4,10 @@ The server runs from a temporary folder on 127.0.0.1 at a free port, with passwo
 authentication for one database and one user, and can be stopped and started again
 (fault tests restart it under a live run). Run as root, the server's commands run as
 the ``postgres`` system user, since ``initdb`` refuses root.
+
+``fsync`` is PostgreSQL's own default (on) unless ``fsync=False`` is passed: the test
+suite turns it off for speed (a test server's data need not survive a power cut);
+benchmarks keep the default, since that is what a real catalog runs with.
 """
 
 from __future__ import annotations
@@ -43,11 +47,13 @@ def free_port() -> int:
 
 
 class PostgresServer:
-    """One temporary cluster; ``start()``, ``stop()``, ``dsn``; ``cleanup()`` removes it."""
+    """One temporary cluster; ``start()``, ``stop()``, ``dsn``; ``cleanup()`` removes it.
 
-    def __init__(self, database: str = "tracker", user: str = "tracker") -> None:
+    ``fsync``: PostgreSQL's ``fsync`` setting (its default, on, unless False)."""
+
+    def __init__(self, database: str = "tracker", user: str = "tracker", fsync: bool = True) -> None:
         self.bin = _bin_dir()
-        self.database, self.user = database, user
+        self.database, self.user, self.fsync = database, user, fsync
         self.password = "pw-" + secrets.token_hex(8)
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="tracker-pg-"))
@@ -72,7 +78,8 @@ class PostgresServer:
                   "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C")
         with open(self.data / "postgresql.conf", "a") as f:
             f.write(f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
-                    f"unix_socket_directories = '{self.root}'\nmax_connections = 200\nfsync = off\n")
+                    f"unix_socket_directories = '{self.root}'\nmax_connections = 200\n"
+                    + ("" if self.fsync else "fsync = off\n"))
         self.start()
         sql = (f"CREATE ROLE {self.user} LOGIN PASSWORD '{self.password}';\n"
                f"CREATE DATABASE {self.database} OWNER {self.user};\n")

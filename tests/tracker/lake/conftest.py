@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="session")
 def pg() -> Iterator[PostgresServer]:
-    server = PostgresServer()
+    server = PostgresServer(fsync=False)  # a test server's data need not survive a power cut
     try:
         yield server
     finally:

@@ -14,6 +14,7 @@ import tracker
 from tracker import spool
 from tracker.store import lake as lake_mod
 from tracker.store.lake import STATS, LakeStore, host_meta
+from tracker.store.lakespool import Backlog
 
 
 def _lake(sql: str) -> list[tuple]:  # type: ignore[type-arg]
@@ -61,13 +62,13 @@ def test_a_metadata_conflict_never_holds_back_rows(lake, home: Path, tmp_path: P
     real = LakeStore._commit_meta
     raced = []
 
-    def racing(self, con, tables, pending):  # type: ignore[no-untyped-def]
+    def racing(self, con, tables, left):  # type: ignore[no-untyped-def]
         if not raced:  # host B commits its metadata after this transaction began
             con.execute("SELECT count(*) FROM runs").fetchall()
             with b.connect(write=True) as other_con:
-                b._retrying(lambda c: real(b, c, host_meta(other), 0), other_con)
+                b._retrying(lambda c: real(b, c, host_meta(other), Backlog(0, 0, 0.0)), other_con)
             raced.append(True)
-        return real(self, con, tables, pending)
+        return real(self, con, tables, left)
 
     monkeypatch.setattr(LakeStore, "_commit_meta", racing)
     before = STATS["conflicts_meta"]
@@ -166,6 +167,7 @@ def test_a_flush_during_a_commit_never_puts_the_segments_ahead_of_the_rows(lake,
 
     def flush_meanwhile(where: Path) -> list[Path]:  # the flusher lands a chunk and its segment file
         found = listed(where)
+        monkeypatch.setattr(spool, "data_files", listed)
         for step in range(10, 20):
             run.log({"a": float(step)}, step=step)
         run.flush()
@@ -173,7 +175,6 @@ def test_a_flush_during_a_commit_never_puts_the_segments_ahead_of_the_rows(lake,
 
     monkeypatch.setattr(spool, "data_files", flush_meanwhile)
     LakeStore(home).ingest(final=True)
-    monkeypatch.setattr(spool, "data_files", listed)
     assert _lake("SELECT max(step) FROM lake.main.metrics") == [(9,)]
     assert _lake("SELECT end_step FROM lake.main.segments") == [(9,)]  # not 19: those rows are not in the lake
     LakeStore(home).ingest(final=True)
