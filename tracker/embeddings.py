@@ -112,8 +112,9 @@ def statistics(z: np.ndarray | list[np.ndarray], gamma: float = DEFAULT_GAMMA) -
         u = chunk / np.maximum(norms, 1e-12).astype(np.float32)[:, None]
         n1 += u.sum(axis=0, dtype=np.float64)
         n2 += np.square(u, dtype=np.float64).sum(axis=0)
-        if w >= d:
-            gram += (chunk.T @ chunk).astype(np.float64)
+        if w >= d:  # in float64: a float32 Gram matrix blurs singular values below ~3e-4 of the largest
+            wide = chunk.astype(np.float64)
+            gram += wide.T @ wide
     if w < d:
         small = np.concatenate(blocks).astype(np.float64)
         gram = small @ small.T
@@ -217,6 +218,9 @@ class EmbeddingMonitor:
         self._skipped: dict[str, int] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._done = threading.Condition(self._lock)
+        self._submitted = 0  # batches queued (training thread)
+        self._handled = 0  # batches processed or dropped
         self._closed = False
         self._thread: threading.Thread | None = None
         self.evaluations = 0
@@ -246,9 +250,11 @@ class EmbeddingMonitor:
                 return
             queue = self._queues[key]
             queue.append((step, copy))
+            self._submitted += 1
             self._queued_rows[key] += rows
             while len(queue) > 1 and self._queued_rows[key] - _rows(queue[0][1]) >= state.window:
                 dropped = _rows(queue.popleft()[1])
+                self._handled += 1
                 self._queued_rows[key] -= dropped
                 self._skipped[key] = self._skipped.get(key, 0) + dropped
                 self.dropped_rows += dropped
@@ -299,6 +305,9 @@ class EmbeddingMonitor:
                     self._process(state, items)
                 except Exception:  # the worker must survive anything
                     log.exception("tracker: embedding statistics of %s in run %s failed", state.key, self.run.run_id)
+                with self._lock:
+                    self._handled += len(items)
+                    self._done.notify_all()
             with self._lock:
                 if self._closed and not any(self._queues.values()):
                     return
@@ -328,6 +337,12 @@ class EmbeddingMonitor:
         for name, stream in state.streams.items():
             events.extend(stream.feed(Chunk(np.array([step], dtype=np.int64), np.array([stats[name]]))))
         return events
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until every batch queued so far is processed; False past ``timeout`` seconds."""
+        with self._lock:
+            target = self._submitted
+            return self._done.wait_for(lambda: self._handled >= target, timeout)
 
     def close(self, timeout: float) -> None:
         """Process what is queued, log the last statistics, stop the worker (safe to call twice)."""
@@ -364,6 +379,16 @@ def collapse_streams(key: str, config: dict[str, Any]) -> dict[str, Any]:
     fed = {**config, FEED_FLAG: True}
     return {name: spec.factory(StreamContext(key=f"{key}/{name}", params=dict(params), config=fed))
             for name in STATISTICS}
+
+
+def wait(run: Any, timeout: float = 30.0) -> bool:
+    """Wait until the statistics of every embedding ``run`` queued so far are computed and logged.
+
+    Logging never needs this; it makes the points deterministic where a loop outruns the
+    worker (tests, benchmarks). Returns False past ``timeout`` seconds.
+    """
+    found = run.__dict__.get("_embeddings")
+    return True if found is None else found.wait(timeout)
 
 
 def monitor(run: Any) -> EmbeddingMonitor:

@@ -23,9 +23,10 @@ imports only tracker and Lightning.
 
 Resume: ``TrackerLogger(run_id=..., resume="allow")`` with ``trainer.fit(model,
 ckpt_path=...)``. The run then starts once the checkpoint is read: with the
-:class:`TrackerCallback` at the checkpoint's step (the batches it had trained),
-so the rows an interrupted attempt logged after that checkpoint are hidden, not
-duplicated; without the callback at the first step logged.
+:class:`TrackerCallback` at the step of the first batch trained after the
+restore (the checkpoint's step), so the rows an interrupted attempt logged after
+that checkpoint are hidden, not duplicated; without the callback at the first
+step logged.
 
 :class:`TrackerCallback` logs, every ``every_n_steps`` training batches, what the
 LightningModule exposes (an attribute, or a method of no arguments, returning a
@@ -110,18 +111,24 @@ class TrackerLogger(Logger):
             step = self._resume_step if self._resume_step is not None else first_step
             resume_step = step if self._resume != "never" and step is not None else None
             try:
-                self._run = tracker.init(
-                    self._project, name=self._name, config={**self._config, **self._hparams}, tags=self._tags,
-                    run_id=self._run_id, resume=self._resume, resume_step=resume_step, **self._init_kwargs,
-                )
-            except ConfigError as exc:
-                if "only meaningful when resuming" not in str(exc):
+                self._run = self._init(resume_step)
+            except ConfigError:
+                if resume_step is None or self._exists():
                     raise
-                self._run = tracker.init(self._project, name=self._name, config={**self._config, **self._hparams},
-                                         tags=self._tags, run_id=self._run_id, resume=self._resume,
-                                         **self._init_kwargs)
+                self._run = self._init(None)  # resume="allow" of a run that does not exist yet: a new one
             self._run_id = self._run.run_id
         return self._run
+
+    def _init(self, resume_step: int | None) -> tracker.Run:
+        return tracker.init(self._project, name=self._name, config={**self._config, **self._hparams},
+                            tags=self._tags, run_id=self._run_id, resume=self._resume, resume_step=resume_step,
+                            **self._init_kwargs)
+
+    def _exists(self) -> bool:
+        from tracker.spool import home_dir, run_dir
+
+        home = self._init_kwargs.get("home")
+        return self._run_id is not None and (run_dir(home_dir(home), self._run_id) / "run.json").exists()
 
     @property
     def run(self) -> tracker.Run | None:
@@ -254,9 +261,9 @@ class TrackerCallback(Callback):
         """Remember the logger for ``state_dict``."""
         self._logger = self.logger_of(trainer)
 
-    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
-        """Resume the run at the checkpoint's step."""
-        loops = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.state_dict", {})
-        step = loops.get("_batches_that_stepped", checkpoint.get("global_step"))
-        if step is not None:
-            self.logger_of(trainer).resume_at(int(step))
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        """Start a pending resume at the step this batch logs at (the checkpoint is restored by now)."""
+        logger = self.logger_of(trainer)
+        if logger.pending:
+            logger.resume_at(self.step_of(trainer))
+            logger.start()

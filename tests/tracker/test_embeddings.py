@@ -1,0 +1,160 @@
+"""run.log_embeddings: the statistics, the rolling window, the worker, and the collapse detector."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+import pytest
+
+import tracker
+from tracker.analysis.collapse import COLLAPSE, FEED_FLAG, Collapse, collapse_events
+from tracker.analysis.detectors import Chunk, StreamContext
+from tracker.embeddings import KeyState, rankme, statistics, wait
+from tracker.errors import ConfigError, RunError
+
+
+def _rankme_by_svd(z: np.ndarray) -> float:
+    s = np.linalg.svd(z.astype(np.float64), compute_uv=False)
+    p = s / s.sum() + 1e-7
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+@pytest.mark.parametrize("shape", [(600, 16), (40, 64)])  # more samples than dimensions, and fewer
+def test_statistics_match_their_definitions(shape: tuple[int, int]) -> None:
+    rng = np.random.default_rng(0)
+    z = (rng.normal(size=shape) * rng.uniform(0.2, 2.0, size=shape[1])).astype(np.float32)
+    got = statistics(z, gamma=1.0)
+    u = z / np.linalg.norm(z, axis=1, keepdims=True)
+    assert got["rankme"] == pytest.approx(_rankme_by_svd(z), rel=1e-5)
+    assert got["std"] == pytest.approx(float(u.std(axis=0, ddof=1).mean()), rel=1e-5)
+    assert got["dead_dims"] == float(np.mean(z.std(axis=0, ddof=1) < 1.0))
+    halves = statistics([z[: shape[0] // 3], z[shape[0] // 3 :]], gamma=1.0)  # a ring buffer's two slices
+    assert halves == pytest.approx(got, rel=1e-6)
+
+
+def test_statistics_of_healthy_and_collapsed_embeddings() -> None:
+    rng = np.random.default_rng(1)
+    d = 64
+    healthy = statistics(rng.normal(size=(4096, d)).astype(np.float32))
+    point = statistics((np.ones(d) + 1e-4 * rng.normal(size=(4096, d))).astype(np.float32))
+    line = statistics(np.outer(rng.normal(size=4096), rng.normal(size=d)).astype(np.float32))
+    assert healthy["std"] * math.sqrt(d) == pytest.approx(1.0, abs=0.02)  # SimSiam: about 1/sqrt(d)
+    assert healthy["rankme"] > 0.9 * d and healthy["dead_dims"] < 0.7
+    assert point["std"] * math.sqrt(d) < 1e-3 and point["dead_dims"] == 1.0
+    assert line["rankme"] < 1.01 and rankme(np.zeros(3)) == 1.0
+
+
+def test_the_ring_keeps_the_newest_samples_and_forgets_the_ones_dropped_unread() -> None:
+    state = KeyState(key="z", dim=2, window=5, gamma=1.0, every=1)
+    for i in range(7):
+        state.add(np.full((1, 2), float(i), dtype=np.float32))
+    assert sorted(np.concatenate(state.blocks())[:, 0]) == [2, 3, 4, 5, 6]
+    state.skip(3)  # three newer rows were dropped: the three oldest would have left the window
+    assert sorted(np.concatenate(state.blocks())[:, 0]) == [5, 6]
+    state.add(np.array([[1.0, np.nan], [9.0, 9.0]], dtype=np.float32))
+    assert sorted(np.concatenate(state.blocks())[:, 0]) == [5, 6, 9] and state.non_finite == 1
+
+
+def _collapsing(step: int, d: int, rng: np.random.Generator) -> np.ndarray:
+    f = min(1.0, max(0.0, (step - 60) / 40))  # healthy, then falling to one point from step 60
+    return (rng.normal(size=(128, d)) * (1 - f) + 3.0 * f + 1e-3 * rng.normal(size=(128, d))).astype(np.float32)
+
+
+def test_log_embeddings_logs_the_statistics_and_the_collapse_event() -> None:
+    rng = np.random.default_rng(2)
+    run = tracker.init("emb")
+    for step in range(160):
+        run.log({"loss": 1.0}, step=step)
+        run.log_embeddings("proj", _collapsing(step, 32, rng), step=step, window=1024, every=256)
+        assert wait(run)  # a training step takes longer than an evaluation; this loop does not
+    run.finish()
+    curves = tracker.query("SELECT key, step, value FROM curves WHERE key LIKE 'proj/%' ORDER BY key, step")
+    assert set(curves["key"]) == {"proj/rankme", "proj/std", "proj/dead_dims"}
+    std = curves.filter(curves["key"] == "proj/std")
+    assert std["step"].to_list() == list(range(1, 160, 2))  # 256 samples in at step 1, then every other step
+    events = tracker.query("SELECT step, key, message, data FROM events WHERE kind = 'collapse' ORDER BY step")
+    std_events = events.filter(events["key"] == "proj/std")
+    low = (std["value"].to_numpy() * math.sqrt(32) < 0.3).astype(int)  # below 0.3 x 1/sqrt(d), patience 3
+    third = int(np.flatnonzero(np.convolve(low, np.ones(3, dtype=int))[: low.size] == 3)[0])
+    assert std_events["step"].to_list() == [std["step"][third]] and 60 < std["step"][third] < 130
+    assert "What to do" in std_events["message"][0] and "stop-gradient" in std_events["message"][0]
+    config = tracker.query("SELECT config FROM runs")["config"][0]
+    assert '"tracker_embeddings": {"proj": {"dim": 32, "window": 1024, "gamma": 1.0, "every": 256}}' in config
+    assert run._embeddings.evaluations == std.height
+    offline = collapse_events(run.run_id)
+    assert [(e.step, e.key) for e in offline] == list(zip(events["step"], events["key"]))
+
+
+def test_the_training_thread_only_copies() -> None:
+    run = tracker.init("emb")
+    z = np.ones((8, 4), dtype=np.float32)
+    run.log_embeddings("z", z, step=0)
+    z[:] = 5.0  # the caller reuses its buffer: the queued copy is unaffected
+    monitor = run._embeddings
+    queued = [c for _, c in monitor._queues["z"]] or [None]
+    assert monitor._thread is not None and monitor._thread is not threading.current_thread()
+    run.finish()
+    assert all(c is None or float(np.asarray(c).max()) == 1.0 for c in queued)
+
+
+def test_bad_calls_name_the_problem() -> None:
+    run = tracker.init("emb")
+    with pytest.raises(ConfigError, match=r"'z' has shape \(4,\); expected \(N, D\)"):
+        run.log_embeddings("z", np.ones(4))
+    run.log_embeddings("z", np.ones((3, 4)), window=64)
+    with pytest.raises(ConfigError, match="dimension 5; earlier calls had 4"):
+        run.log_embeddings("z", np.ones((3, 5)))
+    with pytest.raises(ConfigError, match="window=128 for 'z', whose settings its first call fixed"):
+        run.log_embeddings("z", np.ones((3, 4)), window=128)
+    with pytest.raises(ConfigError, match="window is 1; expected a value >= 2"):
+        run.log_embeddings("w", np.ones((3, 4)), window=1)
+    with pytest.raises(TypeError, match="non-empty str"):
+        run.log_embeddings("", np.ones((3, 4)))
+    run.finish()
+    with pytest.raises(RunError, match="is finished"):
+        run.log_embeddings("z", np.ones((3, 4)))
+
+
+def test_the_collapse_detector_can_be_tuned_or_turned_off() -> None:
+    rng = np.random.default_rng(3)
+    for config in ({"analysis": {"collapse": False}}, {"analysis": False}):
+        run = tracker.init("emb", config=config)
+        for step in range(140):
+            run.log_embeddings("proj", _collapsing(step, 16, rng), step=step, window=512, every=256)
+        run.finish()
+        assert tracker.query("SELECT count(*) AS n FROM events WHERE run_id = ?", [run.run_id])["n"][0] == 0
+        assert tracker.query("SELECT count(*) AS n FROM curves WHERE run_id = ?", [run.run_id])["n"][0] > 0
+
+
+def _stream(key: str, dim: int = 16, fed: bool = True, **params: float) -> Collapse:
+    config = {"tracker_embeddings": {"proj": {"dim": dim}}, **({FEED_FLAG: True} if fed else {})}
+    return Collapse(StreamContext(key=key, params={**COLLAPSE.defaults(), **params}, config=config))
+
+
+def test_collapse_streams_give_the_same_events_whatever_the_chunking() -> None:
+    steps = np.arange(200, dtype=np.int64)
+    std = np.where(steps < 80, 0.24, np.maximum(0.01, 0.24 - (steps - 80) * 0.004))
+    std[150:] = 0.24  # recovers, then collapses again
+    std[180:] = 0.01
+    whole = _stream("proj/std").feed(Chunk(steps, std))
+    pieces = _stream("proj/std")
+    one_by_one = [e for i in range(200) for e in pieces.feed(Chunk(steps[i : i + 1], std[i : i + 1]))]
+    assert [(e.step, e.message) for e in whole] == [(e.step, e.message) for e in one_by_one]
+    # below 0.3 / sqrt(16) = 0.075 from step 122 (0.24 - 42 * 0.004), three points in a row; then again
+    assert [e.step for e in whole] == [124, 182]
+    assert whole[0].data["statistic"] == "std" and whole[0].data["dim"] == 16
+
+
+def test_collapse_streams_judge_only_fed_statistics() -> None:
+    falling = Chunk(np.arange(50, dtype=np.int64), np.linspace(1.0, 0.0, 50))
+    assert _stream("proj/std", fed=False).feed(falling) == []  # the run's own loss analysis: inert
+    assert _stream("loss/std").feed(falling) == []  # not a declared embedding key
+    assert _stream("proj/loss").feed(falling) == []
+    rank = _stream("proj/rankme").feed(Chunk(np.arange(20, dtype=np.int64), np.r_[np.full(10, 14.0), np.ones(10)]))
+    assert [e.data["statistic"] for e in rank] == ["rankme"] and "dimensional collapse" in rank[0].message
+    dead = _stream("proj/dead_dims").feed(Chunk(np.arange(20, dtype=np.int64), np.r_[np.zeros(10), np.ones(10)]))
+    assert [e.step for e in dead] == [12]
+    high_from_the_start = _stream("proj/dead_dims").feed(Chunk(np.arange(20, dtype=np.int64), np.ones(20)))
+    assert high_from_the_start == []
