@@ -2,16 +2,40 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from tracker.host import Host, set_host
+from tracker.testing import netaudit
 
 pytest_plugins = ["tracker.testing.pytest_plugin"]
 
+# No test, and no Python process a test starts, looks a name up or connects anywhere but
+# this machine: an audit hook records and refuses it (tracker/testing/netaudit.py), in this
+# process and, through tests/netaudit/sitecustomize.py on PYTHONPATH, in every child.
+NET_RECORD = Path(tempfile.mkdtemp(prefix="tracker-netaudit-")) / "network.log"
+NET_RECORD.touch()
+os.environ["TRACKER_TEST_NETAUDIT"] = str(NET_RECORD)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(Path(__file__).resolve().parent / "netaudit"), os.environ.get("PYTHONPATH")) if p)
+netaudit.install(NET_RECORD)
+
 DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(autouse=True)
+def no_network() -> Iterator[None]:
+    """Fail the test that (or whose children) looked a name up or connected off this machine."""
+    before = NET_RECORD.stat().st_size
+    yield
+    with NET_RECORD.open(encoding="utf-8") as fh:
+        fh.seek(before)
+        used = fh.read()
+    assert not used, f"network use outside localhost (refused by the audit hook):\n{used}"
 
 
 @pytest.fixture(autouse=True)
