@@ -63,6 +63,7 @@ from tracker.analysis.params import Param
 from tracker.analysis.ranks import RankDisagreement
 from tracker.analysis.spikes import Spike
 from tracker.analysis.system import DataStall, Fragmentation, MemoryGrowth, StepTimeRegression
+from tracker.analysis.system_memory import MEMORY_GROWTH_PARAMS
 from tracker.analysis.trends import Divergence, Plateau
 
 _SMOOTH = "weight of the debiased EMA (TensorBoard's smoothing), in [0, 1)"
@@ -147,14 +148,7 @@ _W = "samples of the key (one per sampling interval)"
 MEMORY_GROWTH = DetectorSpec(
     name="memory_growth", scope="system", factory=MemoryGrowth,
     description="reserved/RSS memory rising after the warm-up; the step at which it reaches the limit",
-    params=(
-        Param("warmup", 150, f"{_W} ignored at the start", 0, None, True),
-        Param("window", 300, f"{_W} judged at each evaluation", 10, None, True),
-        Param("every", 50, f"{_W} between evaluations", 1, None, True),
-        Param("segments", 5, "the window is cut into this many parts whose medians must all rise", 3, 20, True),
-        Param("min_growth", 0.02, "growth over the window, as a fraction of the level", 0.0, None),
-        Param("confirm", 2, "evaluations in a row that must find the growth", 1, None, True),
-    ),
+    params=MEMORY_GROWTH_PARAMS,
 )
 
 FRAGMENTATION = DetectorSpec(

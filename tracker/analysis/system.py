@@ -16,20 +16,14 @@ Rules (those of :mod:`tracker.analysis.detectors`, plus):
   at that step or later has arrived.
 * Healthy runs get no event: each finding needs a margin, a duration and a shape.
 
-Defaults (registered in :mod:`tracker.analysis.builtin`; held to the labelled corpus of
-:mod:`tracker.analysis.system_corpus`):
+Defaults (registered in :mod:`tracker.analysis.builtin`; set on the real trainings of
+``bench/faults.py`` and held to the labelled corpus of :mod:`tracker.analysis.system_corpus`):
 
 ``memory_growth``
-    ``warmup=150`` samples (5 minutes at 2 s) are ignored: allocators and caches
-    fill then. Every ``every=50`` samples the last ``window=300`` (10 minutes) are
-    cut into ``segments=5``; growth is found when the segments' medians rise at
-    each cut (each by at least 0.75 / segments of the whole rise: a step or two
-    of the allocator is not a leak) by ``min_growth=0.02`` (2%) of the level in
-    all, at ``confirm=2`` evaluations in a row. The
-    projection uses Sen's slope per step and the limit (``sys/gpu{i}/total``,
-    ``sys/host/mem_total`` for RSS); within the run's planned length
-    (``planned_steps``, ``max_steps``, ``total_steps`` or ``epochs`` x
-    ``steps_per_epoch`` in the config) the event is an error. One event per key.
+    a sequential rule in :mod:`tracker.analysis.system_memory`: windows of 12 to 768
+    samples after a ``warmup`` of 10; growth that uses 5% of the memory left within a
+    window, or 2% of the level over at least 96 samples, at two evaluations in a row.
+    The projection is an error within the run's planned length. One event per key.
 ``fragmentation``
     reserved / peak live over the last ``window=30`` samples at least
     ``threshold=1.5`` for ``patience=150`` samples in a row (5 minutes), with at
@@ -60,16 +54,15 @@ from typing import Any, Mapping
 import numpy as np
 
 from tracker.analysis.detectors import Chunk, StreamContext, clean, fmt, run_lengths
-from tracker.analysis.trend import sens_slope
+from tracker.analysis.system_memory import MEMORY_KEYS, AsOf, MemoryGrowth, planned_steps, size_text
 from tracker.events import Event
+
+__all__ = ["MEMORY_KEYS", "DataStall", "Fragmentation", "MemoryGrowth", "StepTimeRegression", "SystemChunk",
+           "planned_steps"]
 
 STEP_TIME = "sys/step_time"
 DATA_TIME = "sys/data_time"
-MEMORY_KEYS = re.compile(r"^sys/(?:(gpu\d+|pool)/reserved|proc/rss)$")
-LIMIT_OF = {"proc": "sys/host/mem_total", "pool": "sys/pool/limit"}
 LIVE_OF = {"pool": "live"}
-PLAN_KEYS = ("planned_steps", "max_steps", "total_steps")
-GiB = float(1 << 30)
 
 
 @dataclass
@@ -81,144 +74,6 @@ class SystemChunk:
     def get(self, key: str) -> Chunk | None:
         """The points of ``key``, or None."""
         return self.series.get(key)
-
-
-def planned_steps(config: Mapping[str, Any]) -> int | None:
-    """The run's planned length in steps from its config (``planned_steps``, ``max_steps``,
-    ``total_steps``, or ``epochs`` x ``steps_per_epoch``), or None."""
-    for name in PLAN_KEYS:
-        value = config.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return int(value)
-    epochs, per = config.get("epochs"), config.get("steps_per_epoch")
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (epochs, per)):
-        return int(epochs * per)  # type: ignore[operator]
-    return None
-
-
-def _size(nbytes: float) -> str:
-    return f"{nbytes / GiB:.2f} GiB" if nbytes >= GiB / 10 else f"{nbytes / (1 << 20):.1f} MiB"
-
-
-def _append(a: np.ndarray, b: np.ndarray, keep: int) -> np.ndarray:
-    out = np.concatenate([a, b]) if a.size else b.copy()
-    return out[-keep:] if keep and out.size > keep else out
-
-
-class _AsOf:
-    """Last value of a key at or before a step (the key's own points, kept whole)."""
-
-    def __init__(self) -> None:
-        self.steps = np.empty(0, np.int64)
-        self.values = np.empty(0)
-
-    def add(self, chunk: Chunk | None) -> None:
-        if chunk is not None and chunk.fvalues.size:
-            self.steps = _append(self.steps, chunk.fsteps, 4096)
-            self.values = _append(self.values, chunk.fvalues, 4096)
-
-    def at(self, step: int, strict: bool = False) -> float | None:
-        i = int(np.searchsorted(self.steps, step, side="left" if strict else "right")) - 1
-        return float(self.values[i]) if i >= 0 else None
-
-
-# -- memory growth -----------------------------------------------------------------
-@dataclass
-class _Memory:
-    tail_steps: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    tail: np.ndarray = field(default_factory=lambda: np.empty(0))
-    count: int = 0
-    next_eval: int = 0
-    hits: int = 0
-    reported: bool = False
-
-
-class MemoryGrowth:
-    """Reserved/RSS memory that keeps rising after the warm-up; projects when it hits the limit."""
-
-    def __init__(self, ctx: StreamContext) -> None:
-        p = ctx.params
-        self.warmup, self.window, self.every = int(p["warmup"]), int(p["window"]), int(p["every"])
-        self.min_growth, self.segments = float(p["min_growth"]), int(p["segments"])
-        self.confirm = int(p["confirm"])
-        self.plan = planned_steps(ctx.config)
-        self.keys: dict[str, _Memory] = {}
-        self.limits: dict[str, _AsOf] = {}
-        self.found = 0
-
-    def feed(self, chunk: SystemChunk) -> list[Event]:
-        """Events for memory keys whose growth is established in ``chunk``."""
-        for key, part in chunk.series.items():
-            if key.endswith("/total") or key.endswith("/mem_total") or key.endswith("/limit"):
-                self.limits.setdefault(key, _AsOf()).add(part)
-        events = []
-        for key, part in chunk.series.items():
-            if MEMORY_KEYS.match(key) and part.fvalues.size:
-                events.extend(self._feed_key(key, part))
-        return events
-
-    def _limit_key(self, key: str) -> str:
-        head = key.split("/")[1]
-        return LIMIT_OF.get(head, f"sys/{head}/total")
-
-    def _feed_key(self, key: str, part: Chunk) -> list[Event]:
-        st = self.keys.setdefault(key, _Memory(next_eval=self.warmup + self.window))
-        steps, values = part.fsteps, part.fvalues
-        events = []
-        base = st.count
-        st.count += values.size
-        keep = self.window
-        # evaluation points (global point counts) inside this chunk
-        while not st.reported and st.next_eval <= st.count:
-            cut = st.next_eval - base
-            win_steps = _append(st.tail_steps, steps[:cut], keep)
-            win = _append(st.tail, values[:cut], keep)
-            event = self._judge(key, win_steps, win)
-            st.next_eval += self.every
-            st.hits = st.hits + 1 if event is not None else 0
-            if event is not None and st.hits >= self.confirm:
-                st.reported = True
-                self.found += 1
-                events.append(event)
-        st.tail_steps = _append(st.tail_steps, steps, keep)
-        st.tail = _append(st.tail, values, keep)
-        return events
-
-    def _judge(self, key: str, steps: np.ndarray, values: np.ndarray) -> Event | None:
-        if values.size < self.window:
-            return None
-        meds = np.array([np.median(seg) for seg in np.array_split(values, self.segments)])
-        rise = meds[-1] - meds[0]
-        if rise <= self.min_growth * max(meds[0], 1.0) or np.any(np.diff(meds) < 0.75 * rise / self.segments):
-            return None
-        pick = np.linspace(0, values.size - 1, min(values.size, 120)).astype(int)
-        slope = sens_slope(steps[pick], values[pick])
-        if slope <= 0:
-            return None
-        step, now = int(steps[-1]), float(meds[-1])
-        limit_key = self._limit_key(key)
-        limit = self.limits.get(limit_key, _AsOf()).at(step)
-        projected = step + int(math.ceil((limit - now) / slope)) if limit and limit > now else None
-        within = projected is not None and self.plan is not None and projected <= self.plan
-        rate = f"{key} grows by {_size(slope * 1000)} per 1000 steps after the warm-up ({_size(now)} now)"
-        if projected is None:
-            tail = "; no limit is known for it"
-        elif within:
-            tail = (f"; at this rate it reaches the limit ({_size(limit or 0)}, {limit_key}) at about step "
-                    f"{projected:,}, before the run's planned end at step {self.plan:,}: expect an out-of-memory "
-                    "error; look for tensors kept across steps (a loss history holding its graph, growing caches)")
-        else:
-            tail = f"; at this rate it reaches the limit ({_size(limit or 0)}) at about step {projected:,}"
-        return Event(
-            step=step, kind="memory_growth", key=key, severity="error" if within else "warning",
-            message=rate + tail,
-            data=clean({"slope_bytes_per_step": slope, "bytes": now, "limit": limit, "limit_key": limit_key,
-                        "projected_step": projected, "planned_steps": self.plan, "oom_within_plan": within}),
-        )
-
-    def summary(self) -> dict[str, Any]:
-        """Counts for the report."""
-        return {"memory_growth_keys": self.found}
 
 
 # -- fragmentation -----------------------------------------------------------------
@@ -297,8 +152,8 @@ class Fragmentation:
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or pad shapes to a few sizes")
         return Event(
             step=step, kind="fragmentation", key=key, severity="warning",
-            message=(f"{key} is {ratio:.2f}x the peak live memory ({_size(reserved)} reserved for "
-                     f"{_size(live)} live) for {span}; {hint}"),
+            message=(f"{key} is {ratio:.2f}x the peak live memory ({size_text(reserved)} reserved for "
+                     f"{size_text(live)} live) for {span}; {hint}"),
             data=clean({"reserved": reserved, "peak_live": live, "ratio": ratio, "source": head}),
         )
 
@@ -382,7 +237,7 @@ class DataStall:
         p = ctx.params
         self.share, self.window = float(p["share"]), int(p["window"]) | 1
         self.warmup, self.recover = int(p["warmup"]), float(p["recover"])
-        self.step_time = _AsOf()
+        self.step_time = AsOf()
         self.pending_steps = np.empty(0, np.int64)
         self.pending = np.empty(0)
         self.tail = np.empty(0)
