@@ -98,7 +98,10 @@ def plan_segment(home: Path, run_id: str, rank: int, resume: str, resume_step: i
 
 
 def environment(seed: int | None, config: dict[str, Any]) -> dict[str, Any]:
-    """What ``run.json`` records of the process: host, commit, Python, packages, seed, pid."""
+    """What ``run.json`` records of the process: host, commit, Python, packages, seed, pid, GPUs
+    (:func:`tracker.hardware.gpu_inventory`: name and compute capability, read without initialising CUDA)."""
+    from tracker.hardware import gpu_inventory
+
     return {
         "host": socket.gethostname(),
         "git_commit": git_commit(),
@@ -106,4 +109,5 @@ def environment(seed: int | None, config: dict[str, Any]) -> dict[str, Any]:
         "packages": package_versions(),
         "seed": seed if seed is not None else config.get("seed"),
         "pid": os.getpid(),
+        "gpus": gpu_inventory(),
     }

@@ -53,7 +53,7 @@ def test_verdicts_per_loss_key() -> None:
             "loss/converging": curve("converging"),
             "loss/diverging": curve("diverging"),
             "loss/plateau": curve("plateau"),
-            "loss/short": curve("converging")[:50],
+            "loss/short": curve("converging")[:9],
             "loss/nan": np.where(np.arange(6000) < 5000, curve("converging", seed=1), np.nan),
             "lr": np.full(6000, 0.01),
         }

@@ -46,6 +46,9 @@ precision and recall >= 0.95 per detector):
     by less than ``class_drop=0.05`` to be named.
 ``rank_disagreement``
     no parameters: any difference of fingerprints between ranks is a finding.
+``overfitting``, ``metric_collapse``, ``zero_loss``, ``stopped_early``, ``epoch_divergence``
+    the epoch judges over few-point histories (scope ``epochs``, ``tracker analyze``
+    only): defaults and reasons in :mod:`tracker.analysis.epoch_specs`.
 ``memory_growth``, ``fragmentation``, ``step_time_regression``, ``data_stall``
     the system detectors over the ``sys/*`` keys: defaults and reasons in
     :mod:`tracker.analysis.system`.
@@ -59,6 +62,7 @@ from __future__ import annotations
 from tracker.analysis.classes import StagnantClasses
 from tracker.analysis.collapse import COLLAPSE
 from tracker.analysis.detectors import DetectorSpec, NonFinite
+from tracker.analysis.epoch_specs import EPOCH_DETECTORS
 from tracker.analysis.params import Param
 from tracker.analysis.ranks import RankDisagreement
 from tracker.analysis.spikes import Spike
@@ -188,7 +192,8 @@ DATA_STALL = DetectorSpec(
 SYSTEM_DETECTORS: tuple[DetectorSpec, ...] = (MEMORY_GROWTH, FRAGMENTATION, STEP_TIME_REGRESSION, DATA_STALL)
 
 BUILTIN: tuple[DetectorSpec, ...] = (
-    NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT, *SYSTEM_DETECTORS, COLLAPSE
+    NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT, *SYSTEM_DETECTORS, COLLAPSE,
+    *EPOCH_DETECTORS,
 )
 
 

@@ -36,11 +36,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tracker.analysis.advice import precision_hint
 from tracker.analysis.params import Param, uses_float16
 from tracker.errors import PluginError
 from tracker.events import Event
 
-SCOPES = ("scalar", "classes", "ranks", "system")
+SCOPES = ("scalar", "classes", "ranks", "system", "epochs")
 TINY = 1e-12
 
 
@@ -52,6 +53,7 @@ class StreamContext:
     params: dict[str, Any]
     config: dict[str, Any] = field(default_factory=dict)
     class_names: dict[int, str] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)  # run.json's record of the machine (gpus, ...)
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,7 @@ class NonFinite:
         self.key = ctx.key
         self.cooldown = int(ctx.params["cooldown"])
         self.float16 = uses_float16(ctx.config)
+        self.hint = precision_hint(ctx.config, ctx.environment)
         self.count = 0
         self.in_episode = False
         self.episode_step: int | None = None
@@ -218,13 +221,7 @@ class NonFinite:
         elif self.last_finite is not None:
             last = self.last_finite
         what = "NaN" if math.isnan(value) else ("+inf" if value > 0 else "-inf")
-        if self.float16:
-            hint = (
-                "the run trains in float16/AMP, whose range ends at 65504: train in bfloat16 "
-                "(float32's range) or keep dynamic loss scaling on (torch.amp.GradScaler)"
-            )
-        else:
-            hint = "check the learning rate, this step's batch, and the loss for log(0) or division by zero"
+        hint = self.hint
         after = f" (last finite {fmt(last[1])} at step {last[0]})" if last else ""
         return Event(
             step=step,
@@ -239,6 +236,7 @@ class NonFinite:
                     "last_finite_value": last[1] if last else None,
                     "float16": self.float16,
                     "episodes_skipped": skipped,
+                    "advice": hint,
                 }
             ),
         )

@@ -15,6 +15,16 @@ Rules:
 * Rank disagreement runs here, over every rank's ``rng/fingerprint`` and
   ``rng/epoch`` rows. Its events belong to rank 0.
 * A run id may be given by a unique prefix.
+* Epoch judges (scope ``epochs``, :mod:`tracker.analysis.epoch_judges`) get, per
+  rank, every key with at most :data:`~tracker.analysis.epochs.MAX_POINTS` points
+  (losses, metrics and learning rates alike; only when the whole run is analysed).
+  Their events are the run's *findings* (:attr:`Analysis.findings`), with the first
+  NaN/inf and divergence event of each key from the streaming detectors (an epoch
+  divergence of a key the streaming detector already flagged is left out). Findings
+  are not in :attr:`Analysis.events`, which stay what the run's flusher finds online;
+  ``save_events`` stores both.
+* Detectors see the run's recorded environment (``run.json`` in the spool: the GPUs),
+  so the NaN hint fits the machine; an imported run records none.
 """
 
 from __future__ import annotations
@@ -38,8 +48,12 @@ from tracker.analysis.report import (
     StagnantReport,
     verdict,
 )
+from tracker.analysis.advice import ADVICE, precision_hint
 from tracker.analysis.detectors import DetectorSpec, StreamContext
+from tracker.analysis.epoch_run import ENVIRONMENT_KEYS, epoch_findings
 from tracker.errors import ConfigError, RunError
+
+FINDING_KINDS = ("non_finite", "divergence")
 from tracker.events import Event
 
 
@@ -52,7 +66,7 @@ def _store(home: Any) -> Any:
 def find_run(store: Any, run_id: str) -> dict[str, Any]:
     """The run's row (run_id, project, name, status, config); a unique prefix will do."""
     df = store.query(
-        "SELECT run_id, project, name, status, config FROM runs WHERE starts_with(run_id, ?) ORDER BY run_id",
+        "SELECT run_id, project, name, status, config, tags FROM runs WHERE starts_with(run_id, ?) ORDER BY run_id",
         [run_id],
     )
     exact = df.filter(pl.col("run_id") == run_id)
@@ -132,7 +146,9 @@ def analyze(
         detectors = get_host().items("detectors")
     settings = _settings(run["config"], key, overrides)
     trend_params = resolve("trend", TREND_PARAMS, settings.get("trend"))
-    probe = OnlineAnalyzer(detectors, config={**run["config"], "analysis": settings}, run_id=run_id, strict=True)
+    env = _environment(home, run_id)
+    cfg = {**run["config"], "analysis": settings}
+    probe = OnlineAnalyzer(detectors, config=cfg, run_id=run_id, strict=True, environment=env)
     scalar_keys = _key_list(store, run_id, "curves", key, probe)
     class_keys = _key_list(store, run_id, "class_curves", key, probe)
     if key is not None and not scalar_keys and not class_keys:
@@ -146,7 +162,7 @@ def analyze(
         """One analyzer per rank, as each rank's flusher has its own."""
         if rank not in analyzers:
             analyzers[rank] = OnlineAnalyzer(
-                detectors, config={**run["config"], "analysis": settings}, run_id=run_id, class_names=names, strict=True
+                detectors, config=cfg, run_id=run_id, class_names=names, strict=True, environment=env
             )
         return analyzers[rank]
 
@@ -159,17 +175,54 @@ def analyze(
             a = analyzer_for(rank)
             steps, values = all_steps[rows], all_values[rows]
             records.extend(EventRecord(rank, e) for e in a.feed(k, steps, values))
-            reports.append(_key_report(a, k, rank, steps, values, trend_params))
+            reports.append(_key_report(a, k, rank, steps, values, trend_params, _unit(run, steps)))
     stagnant = _class_analysis(store, run_id, class_keys, analyzer_for, records)
     if key is None or key.startswith(SYSTEM_PREFIX):
         _system_analysis(store, run_id, probe, analyzer_for, records)
     if key is None and any(spec.scope == "ranks" for spec, _ in probe.detectors.values()):
         records.extend(_rank_events(store, run_id, probe))
+    findings = _stream_findings(records)
+    if key is None:
+        streamed = {(r.rank, r.event.key, r.event.kind) for r in findings}
+        findings.extend(
+            r for r in epoch_findings(store, run, probe, env) if (r.rank, r.event.key, r.event.kind) not in streamed
+        )
     records.sort(key=lambda r: (*event_order(r.event), r.rank))
     reports.sort(key=lambda r: (r.key, r.rank))
     return Analysis(
-        run_id, run.get("project"), run.get("name"), run.get("status"), reports, records, stagnant, settings
+        run_id, run.get("project"), run.get("name"), run.get("status"), reports, records, stagnant, settings,
+        findings=sorted(findings, key=lambda r: (r.event.step, r.event.kind, r.rank)), environment=env,
     )
+
+
+def _unit(run: Mapping[str, Any], steps: np.ndarray) -> str:
+    """``epoch`` for an imported run or steps that count 0/1, 2, 3, ...; else ``step``."""
+    if any(str(t).startswith("import:") for t in run.get("tags") or []):
+        return "epoch"
+    counted = steps.size > 1 and int(steps[0]) in (0, 1) and bool(np.all(np.diff(steps) == 1))
+    return "epoch" if counted and steps.size <= 2000 else "step"
+
+
+def _stream_findings(records: list[EventRecord]) -> list[EventRecord]:
+    """The streaming detectors' events that are findings too: the first NaN/inf and divergence of each key."""
+    seen: set[tuple[int, str | None, str]] = set()
+    out = []
+    for rec in sorted(records, key=lambda r: r.event.step):
+        e = rec.event
+        if e.kind in FINDING_KINDS and e.data.get("level") != "epoch" and (rec.rank, e.key, e.kind) not in seen:
+            seen.add((rec.rank, e.key, e.kind))
+            out.append(rec)
+    return out
+
+
+def _environment(home: Any, run_id: str) -> dict[str, Any]:
+    """What the run recorded of its machine (``run.json``: gpus, host, ...); empty when unknown."""
+    from tracker.spool import home_dir, read_json, run_dir
+
+    meta = read_json(run_dir(home_dir(home), run_id) / "run.json")
+    if not isinstance(meta, dict):
+        return {}
+    return {k: meta[k] for k in ENVIRONMENT_KEYS if k in meta}
 
 
 def _system_analysis(
@@ -198,12 +251,18 @@ def _class_names(store: Any, run_id: str) -> dict[int, str]:
 
 
 def _key_report(
-    analyzer: OnlineAnalyzer, key: str, rank: int, steps: np.ndarray, values: np.ndarray, params: dict[str, Any]
+    analyzer: OnlineAnalyzer, key: str, rank: int, steps: np.ndarray, values: np.ndarray, params: dict[str, Any],
+    unit: str = "step",
 ) -> KeyReport:
     summary: dict[str, Any] = {}
     for stream in analyzer.streams.get(key, {}).values():
         summary.update(stream.summary())
-    word, reason, found = verdict(steps, values, summary, params)
+    word, reason, found = verdict(steps, values, summary, params, unit)
+    advice = None
+    if summary.get("non_finite_active"):
+        advice = precision_hint(analyzer.config, analyzer.environment)
+    elif word in ADVICE:
+        advice = ADVICE[word]
     finite = np.isfinite(values)
     return KeyReport(
         key=key,
@@ -217,6 +276,7 @@ def _key_report(
         reason=reason,
         trend=found,
         detectors=summary,
+        advice=advice,
     )
 
 
@@ -258,13 +318,14 @@ def _rank_events(store: Any, run_id: str, probe: OnlineAnalyzer) -> list[EventRe
 
 
 def save_events(analysis: Analysis, home: Any = None) -> int:
-    """Store the analysis' events that the run's events table lacks; returns how many were added."""
+    """Store the analysis' events and findings that the run's events table lacks; returns how many were added."""
     store = _store(home)
     have = store.query("SELECT rank, step, key, kind FROM events WHERE run_id = ?", [analysis.run_id])
     seen = {(int(r), int(s), k, kind) for r, s, k, kind in have.iter_rows()}
     by_rank: dict[int, list[Event]] = {}
-    for rec in analysis.events:
+    for rec in [*analysis.events, *analysis.findings]:
         e = rec.event
         if (rec.rank, e.step, e.key, e.kind) not in seen:
+            seen.add((rec.rank, e.step, e.key, e.kind))
             by_rank.setdefault(rec.rank, []).append(e)
     return sum(store.add_events(analysis.run_id, evs, rank=rank) for rank, evs in by_rank.items())

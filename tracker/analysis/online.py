@@ -21,7 +21,10 @@ Rules:
   stream per analyzer, fed every ``sys/*`` key of a batch at once
   (:meth:`OnlineAnalyzer.feed_system`), whatever the ``keys`` patterns say.
 * Cross-rank detectors (scope ``ranks``) do not run here: one rank's flusher sees
-  only its own rank.
+  only its own rank; nor do the epoch judges (scope ``epochs``), which judge a
+  whole history at once (``tracker analyze``).
+* Streams get the run's recorded environment (``run.json``: the GPUs), so the
+  NaN hint fits the machine (:mod:`tracker.analysis.advice`).
 * Given the run (``make_online_analyzer(..., run=run)``), the analyzer names
   classes as ``run.set_classes`` did, and a resumed run is warmed up on the first
   batch: the run's visible rows before the resume step (this rank) are fed
@@ -106,9 +109,11 @@ class OnlineAnalyzer:
         overrides: Mapping[str, Any] | None = None,
         class_names: Mapping[int, str] | None = None,
         strict: bool = False,
+        environment: Mapping[str, Any] | None = None,
     ) -> None:
         self.run_id = run_id
         self.config = dict(config or {})
+        self.environment: dict[str, Any] = dict(environment or {})
         settings = merge_overrides(analysis_section(self.config), overrides)
         self.settings = settings
         self.patterns = key_patterns(settings)
@@ -126,6 +131,9 @@ class OnlineAnalyzer:
     def bind_run(self, run: Any) -> None:
         """Follow ``run``: its class names, and its history if it was resumed (see module doc)."""
         self._run_ref = weakref.ref(run)
+        meta = getattr(run, "meta", None)
+        if isinstance(meta, Mapping) and not self.environment:
+            self.environment = dict(meta)
         self._warm = getattr(run, "reason", "start") != "resume" or not getattr(run, "start_step", 0)
 
     def _follow_run(self) -> None:
@@ -188,7 +196,10 @@ class OnlineAnalyzer:
         streams: dict[str, Any] = {}
         for name, (spec, params) in self.detectors.items():
             if spec.scope == scope:
-                ctx = StreamContext(key=key, params=dict(params), config=self.config, class_names=self.class_names)
+                ctx = StreamContext(
+                    key=key, params=dict(params), config=self.config, class_names=self.class_names,
+                    environment=self.environment,
+                )
                 streams[name] = spec.factory(ctx)
         return streams
 

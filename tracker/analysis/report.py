@@ -2,7 +2,8 @@
 
 Rules of the verdict (per key and rank, from the finite points):
 
-* ``too short to tell`` below ``trend.min_points`` finite points;
+* ``too short to tell`` below ``trend.min_points`` finite points (10: an epoch-level
+  history of 10 points gets a verdict; a per-batch curve is far longer);
 * ``diverging`` when the curve ends non-finite (NaN/inf), or when the divergence
   detector ends in its diverged state;
 * ``plateaued`` when the plateau detector ends on a plateau (no improvement over
@@ -11,6 +12,11 @@ Rules of the verdict (per key and rank, from the finite points):
   ``trend.recent`` fraction of its points) decides: decreasing at confidence
   ``1 - trend.alpha`` is ``converging``, increasing is ``diverging``, neither is
   ``plateaued``.
+
+Every verdict but ``converging`` carries one line of advice (``advice``). The run's
+*findings* (:attr:`Analysis.findings`) are the events of the epoch judges
+(overfitting, metric collapse, zero loss, stopped early, epoch divergence); each has
+``onset``, ``confidence`` and ``advice`` in its data.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ VERDICTS = ("converging", "diverging", "plateaued", "too short to tell")
 TREND_PARAMS: tuple[Param, ...] = (
     Param("max_points", 500, "buckets of the downsampled curve for the trend test", 8, 2000, True),
     Param("alpha", 0.01, "significance level of the trend test", 1e-9, 0.5),
-    Param("min_points", 100, "fewer finite points: too short to tell", 8, None, True),
+    Param("min_points", 10, "fewer finite points: too short to tell", 8, None, True),
     Param("recent", 0.5, "fraction of the curve (its end) judged by the trend test", 0.05, 1.0),
 )
 
@@ -50,6 +56,7 @@ class KeyReport:
     reason: str
     trend: Trend | None
     detectors: dict[str, Any] = field(default_factory=dict)
+    advice: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-ready values."""
@@ -130,6 +137,8 @@ class Analysis:
     events: list[EventRecord]
     stagnant: list[StagnantReport]
     settings: dict[str, Any] = field(default_factory=dict)
+    findings: list[EventRecord] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-ready values (what ``tracker analyze --format json`` prints)."""
@@ -138,17 +147,23 @@ class Analysis:
             "project": self.project,
             "name": self.name,
             "status": self.status,
+            "findings": [e.to_dict() for e in self.findings],
             "keys": [k.to_dict() for k in self.keys],
             "events": [e.to_dict() for e in self.events],
             "stagnant": [s.to_dict() for s in self.stagnant],
             "settings": self.settings,
+            "environment": {"gpus": self.environment.get("gpus", [])},
         }
 
 
 def verdict(
-    steps: np.ndarray, values: np.ndarray, summary: dict[str, Any], params: dict[str, Any]
+    steps: np.ndarray, values: np.ndarray, summary: dict[str, Any], params: dict[str, Any], unit: str = "step"
 ) -> tuple[str, str, Trend | None]:
-    """(verdict, reason, trend) for one curve given its detectors' end states."""
+    """(verdict, reason, trend) for one curve given its detectors' end states.
+
+    ``unit`` (``step`` or ``epoch``) names the steps in the reason; a curve of fewer
+    than 1000 points gives its slope per step, a longer one per 1000 steps.
+    """
     finite = np.isfinite(values)
     n = int(finite.sum())
     if n < int(params["min_points"]):
@@ -156,7 +171,9 @@ def verdict(
     keep = max(int(math.ceil(n * float(params["recent"]))), 8)
     fs, fv = steps[finite][-keep:], values[finite][-keep:]
     found = trend(fs, fv, int(params["max_points"]), float(params["alpha"]))
-    since = f"over steps {int(fs[0])}-{int(fs[-1])}"
+    since = f"over {unit}s {int(fs[0])}-{int(fs[-1])}"
+    if not np.any(values[finite]):
+        return "plateaued", f"exactly 0 at every {unit}", found
     if summary.get("non_finite_active"):
         return "diverging", f"the loss is NaN/inf from step {summary.get('non_finite_since')} to the end", found
     if summary.get("diverged"):
@@ -166,7 +183,8 @@ def verdict(
         return "plateaued", f"no improvement of its smoothed best since step {step}", found
     if found is None:
         return "too short to tell", "too few points for the trend test", None
-    pct = f"{found.relative_slope:+.1%} per 1000 steps, confidence {found.confidence:.3f}"
+    rate = f"{found.relative_slope / 1000:+.1%} per {unit}" if n < 1000 else f"{found.relative_slope:+.1%} per 1000 steps"
+    pct = f"{rate}, confidence {found.confidence:.3f}"
     if found.direction == "decreasing":
         return "converging", f"falling {since} ({pct})", found
     if found.direction == "increasing":

@@ -1,0 +1,359 @@
+"""The epoch judges (detector scope ``epochs``): verdicts on few-point histories.
+
+Each judge reads a :class:`~tracker.analysis.epochs.History` and returns at most one
+event, at the first step where its evidence sufficed (decided on the history as it
+stood then). Every event's ``data`` holds ``onset`` (the step the fault began),
+``confidence`` (0-1), ``advice`` (one line: what to do) and the keys it is about.
+Defaults and why are in :mod:`tracker.analysis.builtin`; they were set on the
+tuning part of the real corpus (``tests/data/real_runs``, ``bench/analysis_real.py``).
+
+* ``overfitting``: a validation loss ``V`` whose train twin ``T`` exists. At step
+  ``e``, with ``b`` the step of ``V``'s minimum so far: at least ``patience`` points
+  since ``b``; the median of ``V``'s last ``window`` points at least ``min_rise``
+  above ``V(b)``; Mann-Kendall finds ``V`` rising over ``[b, e]`` (p < ``alpha``);
+  ``T`` has fallen at least ``train_drop`` over the same span; and the run's fitness
+  (Ultralytics' 0.9 mAP50-95 + 0.1 mAP50, else its first metric) has not risen more
+  than ``metric_gain`` above its best up to ``b`` (a validation loss that rises while
+  the mAP climbs is a model growing more confident, not one memorising its training
+  set). Optionally (``after_warmup``) nothing is judged while the learning rate is
+  still warming up. The best epoch is ``b``.
+* ``metric_collapse``: a metric at zero (<= ``floor``) for the last ``patience``
+  points after having been above it, or at zero for the first ``never_patience``
+  points and every one since.
+* ``zero_loss``: a train loss exactly 0 for ``patience`` points in a row while its
+  validation twin is not 0 (no target or positive ever reached it); a train loss at 0
+  whose twin is 0 too is an unused term (YOLO26 ``sem_loss``) and no finding; one
+  with no twin is a warning.
+* ``stopped_early``: judged at the last point of a run that is not running. The
+  config's planned epochs (``epochs``, ``max_epochs``, ...) against the epochs done,
+  else the learning-rate schedule: after its peak, the median decay per step says
+  how many steps remain until the rate reaches ``lrf`` (config ``lrf``, else the
+  parameter) times its peak; stopped early when at least ``min_remaining`` steps and
+  ``min_fraction`` of the schedule remain. With the config's ``patience``, a stop
+  ``patience`` epochs after the best fitness epoch is early stopping (info), any
+  other is cut short (warning).
+* ``epoch_divergence``: a train loss above ``factor`` times its minimum so far for
+  ``patience`` points in a row, having climbed back at least ``min_span`` of the way
+  it had fallen before that minimum (a loss near zero that doubles from 0.03 to 0.06
+  after falling from 1.2 is noise, not a divergence).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from tracker.analysis.advice import ADVICE
+from tracker.analysis.detectors import StreamContext, clean, fmt
+from tracker.analysis.epochs import ZERO, History
+from tracker.analysis.trend import mann_kendall
+from tracker.events import Event
+
+Check = Callable[[History], "Event | None"]
+
+
+def replay(history: History, min_points: int, check: Check) -> list[Event]:
+    """The first event ``check`` finds on the history as it stood at each step (none below ``min_points``)."""
+    if history.steps.size < min_points:
+        return []
+    for step in history.steps:
+        found = check(history.upto(int(step)))
+        if found is not None:
+            return [found]
+    return []
+
+
+def _event(h: History, kind: str, key: str | None, step: int, severity: str, message: str, **data: Any) -> Event:
+    data.setdefault("advice", ADVICE[kind])
+    data["unit"] = h.unit
+    return Event(step=int(step), kind=kind, key=key, severity=severity, message=message, data=clean(data))
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.0%}"
+
+
+class Overfitting:
+    """A validation loss rising from its minimum while its train twin does not rise (module doc)."""
+
+    def __init__(self, ctx: StreamContext) -> None:
+        p = ctx.params
+        self.min_points, self.patience, self.window = int(p["min_points"]), int(p["patience"]), int(p["window"])
+        self.min_rise, self.alpha, self.after_warmup = float(p["min_rise"]), float(p["alpha"]), bool(p["after_warmup"])
+        self.train_drop, self.metric_gain = float(p["train_drop"]), float(p["metric_gain"])
+
+    def judge(self, history: History) -> list[Event]:
+        """The overfitting event, if any."""
+        pairs = [(v, history.counterpart(v)) for v in history.val_losses]
+        pairs = [(v, t) for v, t in pairs if t is not None]
+        if not pairs:
+            return []
+        found = replay(history, self.min_points, lambda h: self._check(h, pairs))
+        for e in found:  # how the story ended, for the reader of the final report
+            s, v = history.finite(str(e.key))
+            end = float(v[-1]) / float(e.data["best"]) - 1.0
+            e.data["end_change"] = end
+            e.message += (f"; at the end ({history.when(int(s[-1]))}) it is {_pct(end)} from that minimum"
+                          if end > 0 else f"; it fell back below that minimum by {history.when(int(s[-1]))}")
+        return found
+
+    def _check(self, h: History, pairs: list[tuple[str, str | None]]) -> Event | None:
+        if self.after_warmup and h.in_warmup():
+            return None
+        for val, train in pairs:
+            if val in h.series and train in h.series:
+                found = self._pair(h, val, str(train))
+                if found is not None:
+                    return found
+        return None
+
+    def _pair(self, h: History, val: str, train: str) -> Event | None:
+        s, v = h.finite(val)
+        if v.size < self.patience + 1:
+            return None
+        b = int(np.argmin(v))
+        best = float(v[b])
+        if v.size - 1 - b < self.patience or best <= 0:
+            return None
+        rise = float(np.median(v[-self.window:])) / best - 1.0
+        if rise < self.min_rise:
+            return None
+        _, _, _, p = mann_kendall(v[b:])
+        if not (p < self.alpha and v[-1] > best):
+            return None
+        ts, tv = h.finite(train)
+        span = tv[ts >= s[b]]
+        if span.size < 2 or span[0] <= 0:
+            return None
+        fell = float(np.median(span[-self.window:])) / float(span[0]) - 1.0
+        if fell > -self.train_drop or self._still_improving(h, int(s[b])):
+            return None
+        e, best_step = int(s[-1]), int(s[b])
+        onset = int(s[b + 1])
+        msg = (
+            f"{val} has risen {_pct(rise)} above its minimum {fmt(best)} ({h.when(best_step)}) while {train} "
+            f"moved {_pct(fell)}: overfitting since {h.when(onset)}; the best {h.unit} is {best_step}"
+        )
+        return _event(h, "overfitting", val, e, "warning", msg, onset=onset, best_step=best_step, train_key=train,
+                      rise=rise, train_change=fell, confidence=1.0 - p, best=best)
+
+    def _still_improving(self, h: History, best_step: int) -> bool:
+        """Whether the run's fitness (or first metric) has risen more than ``metric_gain`` since ``best_step``."""
+        fit = _fitness(h)
+        if fit is None:
+            return False
+        s, v = fit
+        before, after = v[s <= best_step], v[s > best_step]
+        if before.size == 0 or after.size == 0:
+            return False
+        top = float(before.max())
+        recent = float(np.median(after[-self.window:]))
+        return recent > top + self.metric_gain * max(abs(top), 1e-9)
+
+
+class MetricCollapse:
+    """A metric that fell to zero and stayed there, or never left it (module doc)."""
+
+    def __init__(self, ctx: StreamContext) -> None:
+        p = ctx.params
+        self.min_points, self.patience = int(p["min_points"]), int(p["patience"])
+        self.never_patience, self.floor = int(p["never_patience"]), float(p["floor"])
+
+    def judge(self, history: History) -> list[Event]:
+        """The collapse event, if any."""
+        if not history.metrics:
+            return []
+        return replay(history, self.min_points, self._check)
+
+    def _check(self, h: History) -> Event | None:
+        fell, never = [], []
+        for key in h.metrics:
+            if key not in h.series:
+                continue
+            s, v = h.finite(key)
+            zero = v <= self.floor
+            z = int(np.argmax(~zero[::-1])) if not zero.all() else zero.size
+            if z == 0:
+                continue
+            if z == v.size and z >= self.never_patience:
+                never.append((key, int(s[0]), z))
+            elif z < v.size and z >= self.patience:
+                i = int(np.argmax(v[: v.size - z]))
+                fell.append((key, int(s[v.size - z]), z, float(v[i]), int(s[i])))
+        step = int(h.steps[-1])
+        if fell:
+            key, onset, z, peak, at = fell[0]
+            others = f" (with {', '.join(k for k, *_ in fell[1:])})" if len(fell) > 1 else ""
+            msg = (f"{key}{others} fell from {fmt(peak)} ({h.when(at)}) to 0 at {h.when(onset)} and has stayed 0 "
+                   f"for {z} {h.unit}s")
+            return _event(h, "metric_collapse", key, step, "error", msg, onset=onset, keys=[f[0] for f in fell],
+                          peak=peak, peak_step=at, confidence=1.0 - 0.5 ** z)
+        if never and len(never) == len([k for k in h.metrics if k in h.series]):
+            key, onset, z = never[0]
+            msg = (f"every metric ({', '.join(k for k, *_ in never)}) has been 0 at every {h.unit} ({z} so far): "
+                   "the model predicts nothing the validation labels match")
+            return _event(h, "metric_collapse", key, step, "error", msg, onset=onset, keys=[k for k, *_ in never],
+                          peak=0.0, confidence=1.0 - 0.5 ** z)
+        return None
+
+
+class ZeroLoss:
+    """A train loss identically zero while its validation twin is not (module doc)."""
+
+    def __init__(self, ctx: StreamContext) -> None:
+        self.min_points, self.patience = int(ctx.params["min_points"]), int(ctx.params["patience"])
+
+    def judge(self, history: History) -> list[Event]:
+        """The zero-loss event, if any."""
+        if not history.train_losses:
+            return []
+        return replay(history, self.min_points, self._check)
+
+    def _check(self, h: History) -> Event | None:
+        errors, warnings = [], []
+        for key in h.train_losses:
+            if key not in h.series:
+                continue
+            s, v = h.finite(key)
+            zero = np.abs(v) <= ZERO
+            z = int(np.argmax(~zero[::-1])) if not zero.all() else zero.size
+            if z < self.patience:
+                continue
+            twin = h.counterpart(key)
+            onset = int(s[v.size - z])
+            if twin is None or twin not in h.series:
+                others = [k for k in h.train_losses if k != key and k in h.series]
+                if others and all(np.nanmax(np.abs(h.finite(k)[1]), initial=0.0) > ZERO for k in others):
+                    warnings.append((key, onset, None))
+                continue
+            tv = h.finite(twin)[1]
+            if tv.size and float(np.median(np.abs(tv))) > ZERO:
+                errors.append((key, onset, twin))
+        found, severity = (errors, "error") if errors else (warnings, "warning")
+        if not found:
+            return None
+        key, onset, twin = found[0]
+        names = ", ".join(k for k, *_ in found)
+        why = (f"while {twin} is not: no target or positive ever reached it" if twin
+               else "while the other train losses are not: if this term should be active, its targets are missing")
+        msg = f"{names} {'is' if len(found) == 1 else 'are'} exactly 0 at every {h.unit} since {h.when(onset)} {why}"
+        return _event(h, "zero_loss", key, int(h.steps[-1]), severity, msg, onset=onset, keys=[k for k, *_ in found],
+                      val_key=twin, confidence=1.0 - 0.5 ** self.patience)
+
+
+def _fitness(h: History) -> tuple[np.ndarray, np.ndarray] | None:
+    """Ultralytics' fitness (0.1 mAP50 + 0.9 mAP50-95) per step, else the first metric; None without metrics."""
+    hi = next((k for k in h.metrics if "50-95" in k or "0.5:0.95" in k), None)
+    lo = next((k for k in h.metrics if ("mAP50" in k and "95" not in k) or k.endswith("mAP_0.5")), None)
+    if hi and lo:
+        s1, v1 = h.finite(hi)
+        s2, v2 = h.finite(lo)
+        common, i1, i2 = np.intersect1d(s1, s2, return_indices=True)
+        return common, 0.9 * v1[i1] + 0.1 * v2[i2]
+    if h.metrics:
+        return h.finite(h.metrics[0])
+    return None
+
+
+class StoppedEarly:
+    """A run that ended before its schedule did (module doc)."""
+
+    def __init__(self, ctx: StreamContext) -> None:
+        p = ctx.params
+        self.min_points, self.min_remaining = int(p["min_points"]), float(p["min_remaining"])
+        self.min_fraction, self.lrf = float(p["min_fraction"]), float(p["lrf"])
+
+    def judge(self, history: History) -> list[Event]:
+        """The stopped-early event (at the last step), if any."""
+        h = history
+        if h.steps.size < self.min_points or h.status == "running":
+            return []
+        first, last = int(h.steps[0]), int(h.steps[-1])
+        done = last + 1 if first == 0 else last  # epochs count from 0 (YOLOv5) or 1 (Ultralytics 8+)
+        planned = h.planned_epochs() if h.unit == "epoch" else None
+        if planned is not None:
+            if done >= planned:
+                return []
+            return [self._planned(h, done, planned, last)]
+        return self._from_lr(h, done, last)
+
+    def _planned(self, h: History, done: int, planned: int, last: int) -> Event:
+        patience = h.config.get("patience")
+        fit = _fitness(h)
+        best = int(fit[0][int(np.argmax(fit[1]))]) if fit is not None and fit[1].size else None
+        if isinstance(patience, (int, float)) and 0 < patience < planned and best is not None and last - best >= patience:
+            msg = (f"early stopping ended the run at {h.when(last)} of {planned}: no improvement in {int(patience)} "
+                   f"{h.unit}s since the best {h.unit}, {best}")
+            return _event(h, "stopped_early", None, last, "info", msg, onset=last, planned=planned, done=done,
+                          best_step=best, how="early stopping", confidence=1.0,
+                          advice="nothing to fix: use the best epoch's weights; raise patience to train longer")
+        msg = f"the run stopped at {h.when(last)} of the {planned} its config planned (crashed, killed or interrupted)"
+        return _event(h, "stopped_early", None, last, "warning", msg, onset=last, planned=planned, done=done,
+                      best_step=best, how="cut short", confidence=1.0)
+
+    def _from_lr(self, h: History, done: int, last: int) -> list[Event]:
+        lr = h.lr
+        if lr is None or lr[1].size < 3:
+            return []
+        s, v = lr
+        peak_i = int(np.argmax(v))
+        peak = float(v[peak_i])
+        tail = v[peak_i:][-6:]
+        if peak <= 0 or tail.size < 3:
+            return []
+        slope = -float(np.median(np.diff(tail)))
+        if slope <= peak * 1e-6:
+            return []
+        lrf = h.config.get("lrf")
+        lrf = float(lrf) if isinstance(lrf, (int, float)) and 0 < lrf < 1 else self.lrf
+        remaining = max(0.0, (float(v[-1]) - lrf * peak) / slope)
+        planned = done + remaining
+        if remaining < self.min_remaining or remaining < self.min_fraction * planned:
+            return []
+        spread = float(np.median(np.abs(np.diff(tail) + slope))) / slope
+        msg = (f"the run stopped at {h.when(last)} with the learning rate still {float(v[-1]) / peak:.0%} of its "
+               f"peak: its schedule had about {remaining:.0f} more {h.unit}s to go (~{planned:.0f} planned)")
+        return [_event(h, "stopped_early", None, last, "warning", msg, onset=last, planned=round(planned),
+                       done=done, remaining=remaining, how="schedule unfinished",
+                       confidence=max(0.0, min(1.0, 1.0 - spread)))]
+
+
+class EpochDivergence:
+    """A train loss far above its minimum so far for several points in a row (module doc)."""
+
+    def __init__(self, ctx: StreamContext) -> None:
+        p = ctx.params
+        self.min_points, self.factor, self.patience = int(p["min_points"]), float(p["factor"]), int(p["patience"])
+        self.min_span = float(p["min_span"])
+
+    def judge(self, history: History) -> list[Event]:
+        """The divergence event, if any."""
+        if not history.train_losses:
+            return []
+        return replay(history, self.min_points, self._check)
+
+    def _check(self, h: History) -> Event | None:
+        for key in h.train_losses:
+            if key not in h.series:
+                continue
+            s, v = h.finite(key)
+            if v.size <= self.patience:
+                continue
+            before, recent = v[: -self.patience], v[-self.patience:]
+            best = float(before.min())
+            if best <= ZERO or not np.all(recent > self.factor * best):
+                continue
+            b = int(np.argmin(before))
+            fallen = float(before[: b + 1].max()) - best
+            if float(recent.min()) - best < self.min_span * fallen:
+                continue
+            onset = int(s[v.size - self.patience])
+            ratio = float(recent[-1]) / best
+            msg = (f"{key} is diverging: {fmt(float(recent[-1]))} at {h.when(int(s[-1]))} is {ratio:.2f}x its "
+                   f"minimum {fmt(best)} ({h.when(int(s[b]))}), above {self.factor:g}x since {h.when(onset)}")
+            conf = 1.0 - math.exp(-(ratio - self.factor))
+            return _event(h, "divergence", key, int(s[-1]), "error", msg, onset=onset, best=best,
+                          best_step=int(s[b]), ratio=ratio, level="epoch", confidence=max(0.5, conf))
+        return None

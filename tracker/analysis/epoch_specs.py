@@ -1,0 +1,94 @@
+"""The epoch judges' specs (detector scope ``epochs``) and their defaults.
+
+The judges themselves are in :mod:`tracker.analysis.epoch_judges`. Their defaults
+were set on the tuning part (two thirds, drawn before tuning) of the real corpus in
+``tests/data/real_runs`` with ``bench/analysis_real.py --tune`` and are scored on the
+held-out third; ``docs/analysis.md`` gives the figures. Windows count points of the
+history (one per epoch for an Ultralytics ``results.csv``).
+
+``min_points=10``
+    every judge needs a history of 10 points before it says anything.
+``overfitting``
+    ``patience=3`` points since the minimum, ``window=3`` points in the recent median,
+    ``min_rise=0.1`` (10% above the minimum), ``alpha=0.1`` for the Mann-Kendall rise:
+    real validation curves of small sets swing 20-50% from one epoch to the next, so
+    the rise must be both large and a trend; ``after_warmup=1``: nothing is judged
+    while the learning rate still rises (an unsettled warmup).
+``metric_collapse``
+    ``patience=3`` points at 0 after a metric was above it; ``never_patience=5`` points
+    at 0 from the start (a from-scratch model may score 0 for its first epochs);
+    ``floor=1e-6`` (trainers write an exact 0 when nothing is detected).
+``zero_loss``
+    ``patience=3`` points exactly 0 in a row.
+``stopped_early``
+    ``min_remaining=3`` steps and ``min_fraction=0.1`` of the schedule left; ``lrf=0.01``
+    (Ultralytics' final-lr fraction) when the config gives none. A finished
+    Ultralytics schedule extrapolates to 1-2 epochs left.
+``epoch_divergence``
+    ``factor=1.5`` times the minimum so far, for ``patience=2`` points in a row.
+"""
+
+from __future__ import annotations
+
+from tracker.analysis.detectors import DetectorSpec
+from tracker.analysis.epoch_judges import EpochDivergence, MetricCollapse, Overfitting, StoppedEarly, ZeroLoss
+from tracker.analysis.params import Param
+
+_MIN = Param("min_points", 10, "points the history needs before any verdict", 3, None, True)
+
+OVERFITTING = DetectorSpec(
+    name="overfitting", scope="epochs", factory=Overfitting,
+    description="a validation loss rising from its minimum while its train twin does not; names the best epoch",
+    params=(
+        _MIN,
+        Param("patience", 3, "points since the validation minimum before judging", 1, None, True),
+        Param("window", 3, "recent points whose median is compared with the minimum", 1, None, True),
+        Param("min_rise", 0.1, "the recent median is at least this fraction above the minimum", 0.0, None),
+        Param("alpha", 0.1, "Mann-Kendall significance of the rise since the minimum", 1e-6, 0.5),
+        Param("after_warmup", 1, "1: judge nothing while the learning rate still rises", 0, 1, True),
+        Param("train_drop", 0.05, "the train twin fell at least this fraction since the minimum", 0.0, 1.0),
+        Param("metric_gain", 0.05, "the fitness rose no more than this fraction above its best up to the minimum",
+              0.0, None),
+    ),
+)
+
+METRIC_COLLAPSE = DetectorSpec(
+    name="metric_collapse", scope="epochs", factory=MetricCollapse,
+    description="a metric (mAP, accuracy, ...) that fell to zero and stayed, or never left zero",
+    params=(
+        _MIN,
+        Param("patience", 3, "points at zero after the metric was above it", 1, None, True),
+        Param("never_patience", 5, "points at zero from the start", 1, None, True),
+        Param("floor", 1e-6, "a metric at or below this is zero", 0.0, None),
+    ),
+)
+
+ZERO_LOSS = DetectorSpec(
+    name="zero_loss", scope="epochs", factory=ZeroLoss,
+    description="a train loss exactly zero while its validation twin is not: no targets or positives",
+    params=(_MIN, Param("patience", 3, "points exactly zero in a row", 1, None, True)),
+)
+
+STOPPED_EARLY = DetectorSpec(
+    name="stopped_early", scope="epochs", factory=StoppedEarly,
+    description="a run that ended before its planned epochs or its learning-rate schedule",
+    params=(
+        _MIN,
+        Param("min_remaining", 3, "steps of the schedule left, at least", 0.0, None),
+        Param("min_fraction", 0.1, "and at least this fraction of the schedule", 0.0, 1.0),
+        Param("lrf", 0.01, "final learning rate as a fraction of the peak, when the config has no lrf", 0.0, 1.0),
+    ),
+)
+
+EPOCH_DIVERGENCE = DetectorSpec(
+    name="epoch_divergence", scope="epochs", factory=EpochDivergence,
+    description="a train loss far above its minimum so far for several points in a row (epoch histories)",
+    params=(
+        _MIN,
+        Param("factor", 1.5, "above factor x the minimum so far", 1.0001, None),
+        Param("patience", 2, "points in a row above it", 1, None, True),
+        Param("min_span", 0.5, "and back up at least this fraction of its fall before the minimum", 0.0, None),
+    ),
+)
+
+EPOCH_DETECTORS: tuple[DetectorSpec, ...] = (OVERFITTING, METRIC_COLLAPSE, ZERO_LOSS, STOPPED_EARLY, EPOCH_DIVERGENCE)

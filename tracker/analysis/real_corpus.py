@@ -1,0 +1,180 @@
+"""The real corpus: published training logs with labels read off their curves, and their scoring.
+
+Rules:
+
+* The corpus is a folder of training folders (``results.csv``, maybe ``args.yaml``)
+  and a ``manifest.toml`` with one ``[[run]]`` per folder: its source (repository,
+  commit, path), licence, labels and whether it is held out of tuning (the held-out
+  third was drawn before any threshold was set). The project's copy is
+  ``tests/data/real_runs``.
+* A label is ``{kind, onset, best?, key?, reason}``; kinds are :data:`KINDS`. A run
+  without labels has no fault: any finding on it is a false positive.
+* Runs are imported with the registered Ultralytics importer (the one
+  ``tracker import ultralytics`` uses) and judged by ``tracker.analyze``.
+* Scoring is per run and kind: the first event of a kind is a true positive when
+  the run has a label of that kind, else a false positive; a label without an event
+  is a false negative. Lead time is the event's step minus the label's onset (how
+  long the fault had lasted when the analysis said so; 0 for ``stopped_early``,
+  which can only be told at the end). For overfitting the best epoch named is
+  compared with the label's.
+* Precision and recall are given separately for the held-out and the tuning runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from tracker.errors import DataError
+
+KINDS = ("overfitting", "metric_collapse", "zero_loss", "stopped_early", "non_finite", "divergence")
+
+
+@dataclass
+class Label:
+    """One fault of a real run, as read off its curves."""
+
+    kind: str
+    onset: int
+    reason: str
+    best: int | None = None
+    key: str | None = None
+
+
+@dataclass
+class RealRun:
+    """One published training folder of the corpus."""
+
+    name: str
+    folder: Path
+    holdout: bool
+    labels: dict[str, Label]
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+def load_manifest(folder: Path) -> list[RealRun]:
+    """The runs of ``folder/manifest.toml`` (a :class:`DataError` names a bad entry)."""
+    path = Path(folder) / "manifest.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise DataError(f"cannot read the corpus manifest {path}: {exc}") from None
+    runs = []
+    for entry in data.get("run", []):
+        labels = {}
+        for raw in entry.get("labels", []):
+            if raw.get("kind") not in KINDS:
+                raise DataError(f"{path}: run {entry.get('name')!r} has label kind {raw.get('kind')!r}; "
+                                f"kinds are {', '.join(KINDS)}")
+            labels[raw["kind"]] = Label(raw["kind"], int(raw["onset"]), str(raw["reason"]), raw.get("best"),
+                                        raw.get("key"))
+        run_folder = Path(folder) / str(entry["name"])
+        if not (run_folder / "results.csv").exists():
+            raise DataError(f"{path}: run {entry['name']!r} has no {run_folder / 'results.csv'}")
+        source = {k: entry[k] for k in ("repo", "commit", "path", "licence", "task", "format") if k in entry}
+        runs.append(RealRun(str(entry["name"]), run_folder, bool(entry.get("holdout")), labels, source))
+    return runs
+
+
+def import_corpus(runs: Iterable[RealRun], home: Path) -> dict[str, str]:
+    """Import every run's folder into the store under ``home`` with the Ultralytics importer; name -> run id."""
+    from tracker.host import get_host
+    from tracker.importer import NullReporter, import_runs
+
+    importer = get_host().items("importers")["ultralytics"]
+    runs = list(runs)
+    sources = list(importer.read(NullReporter(), dirs=tuple(r.folder for r in runs)))
+    import_runs(sources, home)
+    by_folder = {Path(s.source).resolve(): s.run_id for s in sources}
+    return {r.name: by_folder[r.folder.resolve()] for r in runs}
+
+
+@dataclass
+class Detection:
+    """The first event of one kind on one run."""
+
+    step: int
+    key: str | None
+    data: dict[str, Any]
+
+
+def detections(events: Iterable[Any]) -> dict[str, Detection]:
+    """kind -> first :class:`Detection` among an analysis' events (``EventRecord`` or ``Event``)."""
+    out: dict[str, Detection] = {}
+    for rec in events:
+        e = getattr(rec, "event", rec)
+        if e.kind in KINDS and (e.kind not in out or e.step < out[e.kind].step):
+            out[e.kind] = Detection(int(e.step), e.key, dict(e.data or {}))
+    return out
+
+
+@dataclass
+class Score:
+    """Precision, recall and lead times of one kind on one part of the corpus."""
+
+    kind: str
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    leads: list[int] = field(default_factory=list)
+    best_errors: list[int] = field(default_factory=list)
+    misses: list[str] = field(default_factory=list)
+    false: list[str] = field(default_factory=list)
+
+    @property
+    def precision(self) -> float | None:
+        """TP / (TP + FP); None without any event."""
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
+
+    @property
+    def recall(self) -> float | None:
+        """TP / (TP + FN); None without any label."""
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
+
+
+def score(runs: Iterable[RealRun], found: Mapping[str, Mapping[str, Detection]]) -> dict[str, dict[str, Score]]:
+    """``{"holdout": {kind: Score}, "tuning": {...}}`` (see the module doc)."""
+    out = {part: {k: Score(k) for k in KINDS} for part in ("holdout", "tuning")}
+    for run in runs:
+        part = out["holdout" if run.holdout else "tuning"]
+        got = found.get(run.name, {})
+        for kind in KINDS:
+            s, label, det = part[kind], run.labels.get(kind), got.get(kind)
+            if label and det:
+                s.tp += 1
+                s.leads.append(det.step - label.onset)
+                if kind == "overfitting" and label.best is not None and det.data.get("best_step") is not None:
+                    s.best_errors.append(abs(int(det.data["best_step"]) - label.best))
+            elif label:
+                s.fn += 1
+                s.misses.append(run.name)
+            elif det:
+                s.fp += 1
+                s.false.append(run.name)
+    return out
+
+
+def _num(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def format_table(scores: Mapping[str, Score], title: str) -> str:
+    """A plain-text table of one part's scores."""
+    head = f"{'verdict':16} {'P':>5} {'R':>5} {'TP':>3} {'FP':>3} {'FN':>3} {'lead mean':>9} {'lead med':>8}  notes"
+    lines = [title, head, "-" * len(head)]
+    for kind, s in scores.items():
+        mean = statistics.fmean(s.leads) if s.leads else None
+        med = statistics.median(s.leads) if s.leads else None
+        notes = []
+        if s.best_errors:
+            notes.append(f"best epoch within {max(s.best_errors)} of the label")
+        if s.misses:
+            notes.append("missed: " + ", ".join(s.misses))
+        if s.false:
+            notes.append("false: " + ", ".join(s.false))
+        lines.append(f"{kind:16} {_num(s.precision):>5} {_num(s.recall):>5} {s.tp:>3} {s.fp:>3} {s.fn:>3} "
+                     f"{_num(mean, 1):>9} {_num(med, 1):>8}  {'; '.join(notes)}")
+    return "\n".join(lines)
