@@ -55,12 +55,13 @@ def seed(home: Path) -> list[str]:
         "    run.finish()\n"
         "    print(run.run_id)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], env=_env(home), capture_output=True, text=True, check=True)
+    env = {**_env(home), "TRACKER_SYSTEM": "0"}  # no sys/* rows: the runs hold only their loss keys
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return out.stdout.split()
 
 
 def _env(home: Path, cache: Path | None = None) -> dict[str, str]:
-    env = {**os.environ, "TRACKER_HOME": str(home), "TRACKER_SYSTEM": "0"}
+    env = {**os.environ, "TRACKER_HOME": str(home)}
     if cache is not None:
         env["XDG_CACHE_HOME"] = str(cache)
     return env
