@@ -1,0 +1,109 @@
+"""The analysis on real published training logs (tests/data/real_runs), imported with the real importer."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from tracker.analysis import analyze
+from tracker.analysis.real_corpus import KINDS, import_corpus, load_manifest
+from tracker.cli import build_cli
+from tracker.commands.analyze import render
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "real_runs"
+USED = ("anemia-zero-box", "wheat-weed-v8", "fabric-cls", "handraising-y12", "coffee-train5-inf",
+        "shahed-seg-y26", "streettype-cls", "dogcat-cls")
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A handful of real runs imported once into their own store: (home, name -> run id)."""
+    home = tmp_path_factory.mktemp("real-home")
+    runs = [r for r in load_manifest(CORPUS) if r.name in USED]
+    yield home, import_corpus(runs, home)
+
+
+def findings(imported: tuple[Path, dict[str, str]], name: str) -> dict[str, Any]:
+    home, ids = imported
+    return {r.event.kind: r.event for r in analyze(ids[name], home=home).findings}
+
+
+def test_the_manifest_names_source_licence_labels_and_a_held_out_third() -> None:
+    runs = load_manifest(CORPUS)
+    assert len(runs) >= 40
+    assert all(r.source["repo"].count("/") == 1 and len(r.source["commit"]) == 40 for r in runs)
+    assert all(r.source["path"].endswith("results.csv") and r.source["licence"] for r in runs)
+    assert 0.25 <= sum(r.holdout for r in runs) / len(runs) <= 0.4
+    assert {k for r in runs for k in r.labels} == set(KINDS)
+    assert all(lab.best is not None for r in runs for k, lab in r.labels.items() if k == "overfitting")
+
+
+def test_a_zero_box_loss_run_gets_the_zero_loss_and_collapse_verdicts(imported: Any) -> None:
+    found = findings(imported, "anemia-zero-box")
+    zero = found["zero_loss"]
+    assert zero.severity == "error" and zero.key == "train/box_loss" and zero.data["onset"] == 1
+    assert set(zero.data["keys"]) == {"train/box_loss", "train/dfl_loss"} and zero.data["val_key"] == "val/box_loss"
+    assert "label file" in zero.data["advice"]
+    collapse = found["metric_collapse"]
+    assert collapse.data["onset"] == 15 and collapse.step == 17 and "metrics/mAP50(B)" in collapse.data["keys"]
+
+
+def test_an_unused_zero_term_is_no_finding(imported: Any) -> None:
+    assert findings(imported, "shahed-seg-y26") == {}  # YOLO26 sem_loss: 0 in train and val alike
+
+
+def test_overfitting_names_its_best_epoch(imported: Any) -> None:
+    fabric = findings(imported, "fabric-cls")["overfitting"]
+    assert fabric.key == "val/loss" and fabric.data["best_step"] == 1 and fabric.data["onset"] == 2
+    assert 0.9 < fabric.data["confidence"] <= 1.0 and "the best epoch is 1" in fabric.message
+    wheat = findings(imported, "wheat-weed-v8")
+    assert wheat["overfitting"].data["best_step"] in (2, 3)
+    stop = wheat["stopped_early"]
+    assert stop.severity == "info" and stop.data["how"] == "early stopping" and stop.data["planned"] == 150
+
+
+def test_stopped_early_from_the_lr_schedule_and_an_epoch_divergence(imported: Any) -> None:
+    stop = findings(imported, "streettype-cls")["stopped_early"]
+    assert stop.step == 19 and stop.data["how"] == "schedule unfinished" and 40 <= stop.data["planned"] <= 80
+    div = findings(imported, "dogcat-cls")["divergence"]
+    assert div.key == "train/loss" and div.data["onset"] == 3 and div.step == 4 and div.data["ratio"] > 2
+
+
+def test_a_healthy_run_gets_no_finding_and_every_key_a_verdict(imported: Any) -> None:
+    home, ids = imported
+    result = analyze(ids["handraising-y12"], home=home)
+    assert result.findings == []
+    assert {r.verdict for r in result.keys} <= {"converging", "plateaued"}
+    assert all(r.points == 100 for r in result.keys)
+
+
+def test_an_imported_ultralytics_nan_is_told_to_turn_amp_off_on_old_cards(imported: Any) -> None:
+    nan = findings(imported, "coffee-train5-inf")["non_finite"]
+    assert nan.key == "val/cls_loss" and nan.step == 7
+    assert "amp=False" in nan.data["advice"] and "bfloat16" in nan.data["advice"]
+
+
+def test_cli_json_pipe_and_80_columns(imported: Any) -> None:
+    home, ids = imported
+    runner = CliRunner()
+    out = runner.invoke(build_cli(), ["analyze", ids["anemia-zero-box"], "--home", str(home), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert {f["kind"] for f in data["findings"]} >= {"zero_loss", "metric_collapse"}
+    piped = runner.invoke(build_cli(), ["analyze", ids["anemia-zero-box"], "--home", str(home)])
+    assert piped.exit_code == 0, piped.output
+    lines = piped.stdout.splitlines()
+    assert lines[0].split("\t") == ["step", "unit", "finding", "severity", "key", "confidence", "message",
+                                    "what to do"]
+    assert not re.search("[┏━┃│└]", piped.stdout) and lines[1].split("\t")[2] == "zero_loss"
+    console = Console(width=80, record=True, force_terminal=True, color_system=None)
+    render(analyze(ids["wheat-weed-v8"], home=home), console, terminal=True)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "what to do:" in text and "stopped early" in text and "val/box_loss" in text
