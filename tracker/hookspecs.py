@@ -85,8 +85,9 @@ def tracker_register_detectors(register: Register) -> None:
     ``name`` and turns logged values into events (NaN/inf, divergence, spikes,
     plateaus, ...). Detectors run on the run's analysis thread and offline in
     ``tracker analyze``. A :class:`tracker.analysis.DetectorSpec`'s scope says
-    what its streams see: one scalar key, one per-class key, every rank, or
-    (``system``) every ``sys/*`` key of the run at once. Returns nothing.
+    what its streams see: one scalar key, one per-class key, every rank,
+    (``system``) every ``sys/*`` key of the run at once, or (``epochs``, offline
+    only) a rank's whole few-point history. Returns nothing.
     """
 
 

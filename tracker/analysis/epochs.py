@@ -22,8 +22,8 @@ scope ``epochs``) read these instead. Rules:
   lead time from a finding's onset to its event is what a user watching the run
   would have had). A history shorter than a judge's ``min_points`` steps gets no
   verdict from it.
-* Steps are called epochs in messages when the run is an import or its steps run
-  0/1, 2, 3, ... (``unit``); else steps.
+* Steps are called epochs in messages when the run is an import (its steps are the
+  file's epochs); else steps (``unit``).
 """
 
 from __future__ import annotations
@@ -105,10 +105,8 @@ class History:
 
     @cached_property
     def unit(self) -> str:
-        """``epoch`` or ``step`` (module doc)."""
-        s = self.steps
-        counted = s.size > 1 and s[0] in (0, 1) and bool(np.all(np.diff(s) == 1))
-        return "epoch" if self.imported or counted else "step"
+        """``epoch`` for an imported run (its steps are the file's epochs), else ``step``."""
+        return "epoch" if self.imported else "step"
 
     def upto(self, step: int) -> History:
         """The history as it stood at ``step`` (points with step <= ``step``)."""

@@ -175,18 +175,13 @@ def analyze(
             a = analyzer_for(rank)
             steps, values = all_steps[rows], all_values[rows]
             records.extend(EventRecord(rank, e) for e in a.feed(k, steps, values))
-            reports.append(_key_report(a, k, rank, steps, values, trend_params, _unit(run, steps)))
+            reports.append(_key_report(a, k, rank, steps, values, trend_params, _unit(run)))
     stagnant = _class_analysis(store, run_id, class_keys, analyzer_for, records)
     if key is None or key.startswith(SYSTEM_PREFIX):
         _system_analysis(store, run_id, probe, analyzer_for, records)
     if key is None and any(spec.scope == "ranks" for spec, _ in probe.detectors.values()):
         records.extend(_rank_events(store, run_id, probe))
-    findings = _stream_findings(records)
-    if key is None:
-        streamed = {(r.rank, r.event.key, r.event.kind) for r in findings}
-        findings.extend(
-            r for r in epoch_findings(store, run, probe, env) if (r.rank, r.event.key, r.event.kind) not in streamed
-        )
+    findings = _findings(store, run, probe, env, records, whole=key is None)
     records.sort(key=lambda r: (*event_order(r.event), r.rank))
     reports.sort(key=lambda r: (r.key, r.rank))
     return Analysis(
@@ -195,12 +190,24 @@ def analyze(
     )
 
 
-def _unit(run: Mapping[str, Any], steps: np.ndarray) -> str:
-    """``epoch`` for an imported run or steps that count 0/1, 2, 3, ...; else ``step``."""
-    if any(str(t).startswith("import:") for t in run.get("tags") or []):
-        return "epoch"
-    counted = steps.size > 1 and int(steps[0]) in (0, 1) and bool(np.all(np.diff(steps) == 1))
-    return "epoch" if counted and steps.size <= 2000 else "step"
+def _unit(run: Mapping[str, Any]) -> str:
+    """``epoch`` for an imported run (its steps are the file's epochs), else ``step``."""
+    return "epoch" if any(str(t).startswith("import:") for t in run.get("tags") or []) else "step"
+
+
+def _findings(
+    store: Any, run: Mapping[str, Any], probe: OnlineAnalyzer, env: dict[str, Any], records: list[EventRecord],
+    whole: bool,
+) -> list[EventRecord]:
+    """The run's findings: the streams' first NaN/inf and divergence per key, then the epoch judges' events
+    (only when the whole run is analysed; an epoch divergence of a key the stream flagged is left out)."""
+    found = _stream_findings(records)
+    if whole:
+        streamed = {(r.rank, r.event.key, r.event.kind) for r in found}
+        found.extend(
+            r for r in epoch_findings(store, run, probe, env) if (r.rank, r.event.key, r.event.kind) not in streamed
+        )
+    return found
 
 
 def _stream_findings(records: list[EventRecord]) -> list[EventRecord]:

@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from tracker.cli import friendly
 
