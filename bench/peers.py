@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import statistics
@@ -267,6 +268,13 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else spec.format(value)
 
 
+def _kept(share: float | None) -> str:
+    """A share of points as a percentage that reads 100% only when nothing was lost (rounded down)."""
+    if share is None:
+        return "-"
+    return "100%" if share >= 1 else f"{math.floor(share * 10_000) / 100:.2f}%"
+
+
 def table(outcomes: list[Outcome], keys: int, steps: int, rounds: int,
           kill_after: Sequence[float] = (1.0,)) -> str:
     """The printed table: medians, each peer's ratio to ours, and each peer's setting."""
@@ -282,7 +290,7 @@ def table(outcomes: list[Outcome], keys: int, steps: int, rounds: int,
             rows.append([o.peer, f"not measured: {o.error}"])
             continue
         cells = [o.peer] + [_fmt(o.median(name), "{:.3g}") for name, _ in FIELDS]
-        cells += [_fmt(o.kept(t), "{:.1%}") for t in kill_after]
+        cells += [_kept(o.kept(t)) for t in kill_after]
         for name in ("us_per_point", "read_s"):
             mine, base = o.median(name), ours.median(name) if ours else None
             cells.append(f"{mine / base:.1f}" if mine is not None and base else "-")

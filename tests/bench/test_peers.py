@@ -145,12 +145,19 @@ def test_the_table_ratios_kills_and_failed_rows() -> None:
     assert lines[0].startswith("10 points (1 keys x 10 steps), median of 2 round(s)")
     assert "kill -9 +1s kept" in lines[1]
     ours, mlflow = lines[2].split(), lines[3].split()
-    assert ours[0] == "tracker" and ours[-3:] == ["90.0%", "1.0", "1.0"]
+    assert ours[0] == "tracker" and ours[-3:] == ["90.00%", "1.0", "1.0"]
     assert mlflow[-3:] == ["-", "25.0", "50.0"]  # its kill round failed: no figure
     assert lines[4].split()[:2] == ["wandb", "FAILED"] and "logged 0.5, read 0.25" in lines[4]
     assert "not measured: pip install aim==3.29.1 failed" in lines[5]
     assert "  mlflow not measured in kill round 1 (+1 s): exit 1: boom" in lines
     assert any(ln.startswith("  mlflow: MLflow 3.17.2 log_batch(synchronous=False)") for ln in lines)
+
+
+def test_a_share_reads_100_percent_only_when_nothing_was_lost() -> None:
+    assert peers._kept(1.0) == "100%"
+    assert peers._kept(99_974 / 100_000) == "99.97%"
+    assert peers._kept(999_999 / 1_000_000) == "99.99%"  # not rounded up to 100
+    assert peers._kept(None) == "-"
 
 
 def test_unknown_peer_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
