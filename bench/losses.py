@@ -113,7 +113,8 @@ def torch_calls(x: np.ndarray, y: np.ndarray) -> Calls:
         import torch.nn.functional as F
     except ImportError:
         return {}
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    c = x.shape[-1]
+    xt, yt = torch.from_numpy(x.reshape(-1, c)), torch.from_numpy(y.reshape(-1, c))  # rows x classes
     kept = xt.detach().clone().requires_grad_(True)
 
     def step(leaf: torch.Tensor) -> None:
