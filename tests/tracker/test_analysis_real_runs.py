@@ -18,7 +18,7 @@ from tracker.commands.analyze import render
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "real_runs"
 USED = ("anemia-zero-box", "wheat-weed-v8", "fabric-cls", "handraising-y12", "coffee-train5-inf",
-        "shahed-seg-y26", "streettype-cls", "dogcat-cls")
+        "shahed-seg-y26", "streettype-cls", "dogcat-cls", "atpug-val-nolabels")
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +48,16 @@ def test_a_zero_box_loss_run_gets_the_zero_loss_and_collapse_verdicts(imported: 
     found = findings(imported, "anemia-zero-box")
     zero = found["zero_loss"]
     assert zero.severity == "error" and zero.key == "train/box_loss" and zero.data["onset"] == 1
-    assert set(zero.data["keys"]) == {"train/box_loss", "train/dfl_loss"} and zero.data["val_key"] == "val/box_loss"
+    assert set(zero.data["keys"]) == {"train/box_loss", "train/dfl_loss"} and zero.data["twin_key"] == "val/box_loss"
     assert "label file" in zero.data["advice"]
     collapse = found["metric_collapse"]
     assert collapse.data["onset"] == 15 and collapse.step == 17 and "metrics/mAP50(B)" in collapse.data["keys"]
+
+
+def test_a_validation_set_without_boxes_gets_the_zero_loss_verdict(imported: Any) -> None:
+    zero = findings(imported, "atpug-val-nolabels")["zero_loss"]
+    assert zero.data["side"] == "val" and set(zero.data["keys"]) == {"val/box_loss", "val/dfl_loss"}
+    assert "validation images have no targets" in zero.message and "val split" in zero.data["advice"]
 
 
 def test_an_unused_zero_term_is_no_finding(imported: Any) -> None:
@@ -72,7 +78,7 @@ def test_stopped_early_from_the_lr_schedule_and_an_epoch_divergence(imported: An
     stop = findings(imported, "streettype-cls")["stopped_early"]
     assert stop.step == 19 and stop.data["how"] == "schedule unfinished" and 40 <= stop.data["planned"] <= 80
     div = findings(imported, "dogcat-cls")["divergence"]
-    assert div.key == "train/loss" and div.data["onset"] == 3 and div.step == 4 and div.data["ratio"] > 2
+    assert div.key == "train/loss" and div.data["onset"] == 4 and div.step == 5 and div.data["ratio"] > 2
 
 
 def test_a_healthy_run_gets_no_finding_and_every_key_a_verdict(imported: Any) -> None:

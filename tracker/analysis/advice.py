@@ -40,6 +40,10 @@ ADVICE: dict[str, str] = {
         "no target ever reached this loss: check that every image has its label file "
         "(labels/ next to images/), that class ids are below nc and that boxes are normalised to 0-1"
     ),
+    "zero_loss_val": (
+        "the validation images have no targets: check the val split's label files (labels/ next to images/) "
+        "and that data.yaml's val path points at the labelled images"
+    ),
     "stopped_early": (
         "resume from the last checkpoint (Ultralytics resume=True) to finish the schedule, "
         "or accept the best epoch if early stopping ended it"

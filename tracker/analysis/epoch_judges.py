@@ -20,10 +20,11 @@ tuning part of the real corpus (``tests/data/real_runs``, ``bench/analysis_real.
 * ``metric_collapse``: a metric at zero (<= ``floor``) for the last ``patience``
   points after having been above it, or at zero for the first ``never_patience``
   points and every one since.
-* ``zero_loss``: a train loss exactly 0 for ``patience`` points in a row while its
-  validation twin is not 0 (no target or positive ever reached it); a train loss at 0
-  whose twin is 0 too is an unused term (YOLO26 ``sem_loss``) and no finding; one
-  with no twin is a warning.
+* ``zero_loss``: a loss exactly 0 for ``patience`` points in a row while its twin is
+  not: a train loss (no target or positive ever reached it in training) or a
+  validation loss (the validation images have no targets). A loss at 0 whose twin is
+  0 too is an unused term (YOLO26 ``sem_loss``) and no finding; a train loss at 0
+  with no twin while the other train losses are not is a warning.
 * ``stopped_early``: judged at the last point of a run that is not running. The
   config's planned epochs (``epochs``, ``max_epochs``, ...) against the epochs done,
   else the learning-rate schedule: after its peak, the median decay per step says
@@ -47,7 +48,7 @@ import numpy as np
 
 from tracker.analysis.advice import ADVICE
 from tracker.analysis.detectors import StreamContext, clean, fmt
-from tracker.analysis.epochs import ZERO, History
+from tracker.analysis.epochs import ZERO, History, is_val
 from tracker.analysis.trend import mann_kendall
 from tracker.events import Event
 
@@ -200,47 +201,55 @@ class MetricCollapse:
 
 
 class ZeroLoss:
-    """A train loss identically zero while its validation twin is not (module doc)."""
+    """A loss identically zero while its train/validation twin is not (module doc)."""
 
     def __init__(self, ctx: StreamContext) -> None:
         self.min_points, self.patience = int(ctx.params["min_points"]), int(ctx.params["patience"])
 
     def judge(self, history: History) -> list[Event]:
         """The zero-loss event, if any."""
-        if not history.train_losses:
+        if not history.losses:
             return []
         return replay(history, self.min_points, self._check)
 
+    def _zeros(self, h: History, key: str) -> int | None:
+        """The onset of the trailing run of exact zeros of ``key`` when it is ``patience`` long, else None."""
+        s, v = h.finite(key)
+        zero = np.abs(v) <= ZERO
+        z = int(np.argmax(~zero[::-1])) if not zero.all() else zero.size
+        return int(s[v.size - z]) if z >= self.patience else None
+
     def _check(self, h: History) -> Event | None:
-        errors, warnings = [], []
-        for key in h.train_losses:
-            if key not in h.series:
-                continue
-            s, v = h.finite(key)
-            zero = np.abs(v) <= ZERO
-            z = int(np.argmax(~zero[::-1])) if not zero.all() else zero.size
-            if z < self.patience:
+        found: dict[str, list[tuple[str, int, str | None]]] = {"train": [], "val": [], "alone": []}
+        for key in h.losses:
+            onset = self._zeros(h, key) if key in h.series else None
+            if onset is None:
                 continue
             twin = h.counterpart(key)
-            onset = int(s[v.size - z])
-            if twin is None or twin not in h.series:
+            if twin is not None and twin in h.series:
+                tv = h.finite(twin)[1]
+                if tv.size and float(np.median(np.abs(tv))) > ZERO:
+                    found["val" if is_val(key) else "train"].append((key, onset, twin))
+            elif not is_val(key):
                 others = [k for k in h.train_losses if k != key and k in h.series]
                 if others and all(np.nanmax(np.abs(h.finite(k)[1]), initial=0.0) > ZERO for k in others):
-                    warnings.append((key, onset, None))
-                continue
-            tv = h.finite(twin)[1]
-            if tv.size and float(np.median(np.abs(tv))) > ZERO:
-                errors.append((key, onset, twin))
-        found, severity = (errors, "error") if errors else (warnings, "warning")
-        if not found:
+                    found["alone"].append((key, onset, None))
+        side = next((s for s in ("train", "val", "alone") if found[s]), None)
+        if side is None:
             return None
-        key, onset, twin = found[0]
-        names = ", ".join(k for k, *_ in found)
-        why = (f"while {twin} is not: no target or positive ever reached it" if twin
-               else "while the other train losses are not: if this term should be active, its targets are missing")
-        msg = f"{names} {'is' if len(found) == 1 else 'are'} exactly 0 at every {h.unit} since {h.when(onset)} {why}"
-        return _event(h, "zero_loss", key, int(h.steps[-1]), severity, msg, onset=onset, keys=[k for k, *_ in found],
-                      val_key=twin, confidence=1.0 - 0.5 ** self.patience)
+        hits = found[side]
+        key, onset, twin = hits[0]
+        why = {
+            "train": f"while {twin} is not: no target or positive ever reached it in training",
+            "val": f"while {twin} is not: the validation images have no targets",
+            "alone": "while the other train losses are not: if this term should be active, its targets are missing",
+        }[side]
+        verb = "is" if len(hits) == 1 else "are"
+        msg = f"{', '.join(k for k, *_ in hits)} {verb} exactly 0 at every {h.unit} since {h.when(onset)} {why}"
+        return _event(h, "zero_loss", key, int(h.steps[-1]), "warning" if side == "alone" else "error", msg,
+                      onset=onset, keys=[k for k, *_ in hits], twin_key=twin, side=side,
+                      advice=ADVICE["zero_loss_val" if side == "val" else "zero_loss"],
+                      confidence=1.0 - 0.5 ** self.patience)
 
 
 def _fitness(h: History) -> tuple[np.ndarray, np.ndarray] | None:

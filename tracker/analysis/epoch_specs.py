@@ -19,13 +19,15 @@ history (one per epoch for an Ultralytics ``results.csv``).
     at 0 from the start (a from-scratch model may score 0 for its first epochs);
     ``floor=1e-6`` (trainers write an exact 0 when nothing is detected).
 ``zero_loss``
-    ``patience=3`` points exactly 0 in a row.
+    ``patience=3`` points exactly 0 in a row (train or validation side).
 ``stopped_early``
     ``min_remaining=3`` steps and ``min_fraction=0.1`` of the schedule left; ``lrf=0.01``
     (Ultralytics' final-lr fraction) when the config gives none. A finished
     Ultralytics schedule extrapolates to 1-2 epochs left.
 ``epoch_divergence``
-    ``factor=1.5`` times the minimum so far, for ``patience=2`` points in a row.
+    ``factor=2`` times the minimum so far (the search's choice: a noisy train loss of a
+    small set swings 1.5-1.9x its minimum without diverging), for ``patience=2`` points
+    in a row, back up ``min_span=0.5`` of its fall before that minimum.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ METRIC_COLLAPSE = DetectorSpec(
 
 ZERO_LOSS = DetectorSpec(
     name="zero_loss", scope="epochs", factory=ZeroLoss,
-    description="a train loss exactly zero while its validation twin is not: no targets or positives",
+    description="a loss exactly zero while its train/validation twin is not: no targets or positives",
     params=(_MIN, Param("patience", 3, "points exactly zero in a row", 1, None, True)),
 )
 
@@ -85,7 +87,7 @@ EPOCH_DIVERGENCE = DetectorSpec(
     description="a train loss far above its minimum so far for several points in a row (epoch histories)",
     params=(
         _MIN,
-        Param("factor", 1.5, "above factor x the minimum so far", 1.0001, None),
+        Param("factor", 2.0, "above factor x the minimum so far", 1.0001, None),
         Param("patience", 2, "points in a row above it", 1, None, True),
         Param("min_span", 0.5, "and back up at least this fraction of its fall before the minimum", 0.0, None),
     ),
