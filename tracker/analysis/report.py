@@ -183,7 +183,8 @@ def verdict(
         return "plateaued", f"no improvement of its smoothed best since step {step}", found
     if found is None:
         return "too short to tell", "too few points for the trend test", None
-    rate = f"{found.relative_slope / 1000:+.1%} per {unit}" if n < 1000 else f"{found.relative_slope:+.1%} per 1000 steps"
+    per = found.relative_slope / 1000
+    rate = f"{per:+.2%} per {unit}" if n < 1000 else f"{found.relative_slope:+.1%} per 1000 steps"
     pct = f"{rate}, confidence {found.confidence:.3f}"
     if found.direction == "decreasing":
         return "converging", f"falling {since} ({pct})", found
