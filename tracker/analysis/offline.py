@@ -187,6 +187,7 @@ def analyze(
     return Analysis(
         run_id, run.get("project"), run.get("name"), run.get("status"), reports, records, stagnant, settings,
         findings=sorted(findings, key=lambda r: (r.event.step, r.event.kind, r.rank)), environment=env,
+        unit=_unit(run),
     )
 
 

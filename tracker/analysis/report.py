@@ -139,6 +139,7 @@ class Analysis:
     settings: dict[str, Any] = field(default_factory=dict)
     findings: list[EventRecord] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
+    unit: str = "step"  # what the run's steps are: "epoch" for an imported history
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-ready values (what ``tracker analyze --format json`` prints)."""
@@ -152,6 +153,7 @@ class Analysis:
             "events": [e.to_dict() for e in self.events],
             "stagnant": [s.to_dict() for s in self.stagnant],
             "settings": self.settings,
+            "unit": self.unit,
             "environment": {"gpus": self.environment.get("gpus", [])},
         }
 

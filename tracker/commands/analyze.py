@@ -40,8 +40,8 @@ def _confidence(report: Any) -> str:
     return "-" if t is None else f"{t.confidence:.2f}"
 
 
-def _unit(rec: Any) -> str:
-    return str(rec.event.data.get("unit") or "step")
+def _unit(rec: Any, analysis: Any = None) -> str:
+    return str(rec.event.data.get("unit") or getattr(analysis, "unit", None) or "step")
 
 
 def _advice(rec: Any) -> str:
@@ -57,7 +57,7 @@ def _message(rec: Any) -> str:
 
 
 def _finding_conf(rec: Any) -> str:
-    c = rec.event.data.get("confidence")
+    c = rec.event.data.get("confidence", 1.0 if rec.event.kind == "non_finite" else None)
     return f"{float(c):.2f}" if isinstance(c, (int, float)) else "-"
 
 
@@ -80,7 +80,7 @@ def render_findings(analysis: Any, console: Console) -> None:
         rank = f", rank {rec.rank}" if any(r.rank for r in analysis.findings) else ""
         head = Text(f"{e.severity.upper()} ", style=style)
         head.append(KIND_TITLE.get(e.kind, e.kind), style="bold")
-        head.append(f"  {_unit(rec)} {e.step}{rank}, confidence {_finding_conf(rec)}")
+        head.append(f"  {_unit(rec, analysis)} {e.step}{rank}, confidence {_finding_conf(rec)}")
         console.print(head)
         console.print(Text(_message(rec)))
         if _advice(rec):
@@ -173,7 +173,7 @@ def _render_plain(analysis: Any, console: Console) -> None:
     from tracker.commands._output import print_rows
 
     sections = []
-    rows = [[str(r.event.step), _unit(r), r.event.kind, r.event.severity, r.event.key or "", _finding_conf(r),
+    rows = [[str(r.event.step), _unit(r, analysis), r.event.kind, r.event.severity, r.event.key or "", _finding_conf(r),
              _message(r), _advice(r)] for r in analysis.findings]
     sections.append((["step", "unit", "finding", "severity", "key", "confidence", "message", "what to do"], rows,
                      f"{_title(analysis)}: findings"))
