@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tracker import spool
-from tracker.errors import StoreError, StoreUnavailableError
+from tracker.errors import ConfigError, StoreError, StoreUnavailableError
 from tracker.store.settings import current
 
 log = logging.getLogger("tracker.store.lake")
@@ -151,6 +151,20 @@ def _hand_over(home: Path, con: Any) -> None:
             c.close()
 
 
+def _backlog_rows() -> int:
+    raw = os.environ.get("TRACKER_LAKE_BACKLOG_ROWS", "").strip()
+    if not raw:
+        return BACKLOG_ROWS
+    try:
+        rows = int(raw.replace("_", ""))
+    except ValueError:
+        rows = 0
+    if rows <= 0:
+        raise ConfigError(f"TRACKER_LAKE_BACKLOG_ROWS={raw!r} is not a positive whole number of rows; "
+                          f"set e.g. 1000000, or unset it for the default ({BACKLOG_ROWS:,})")
+    return rows
+
+
 class Committer:
     """Commits one spool into the lake every interval, on its own thread (see module doc)."""
 
@@ -165,7 +179,7 @@ class Committer:
         self._deadline = 0.0
         self._abandoned = False
         self._thread = threading.Thread(target=self._loop, name=f"tracker-lake-commit-{home.name}", daemon=True)
-        self.max_backlog = int(os.environ.get("TRACKER_LAKE_BACKLOG_ROWS", BACKLOG_ROWS))
+        self.max_backlog = _backlog_rows()
         self.waited_s = 0.0  # seconds the store logger waited for commits (backpressure)
         self._spooled = 0  # rows the store logger announced (admit), and of those ...
         self._committed = 0  # ... the rows announced before a commit that then succeeded began
