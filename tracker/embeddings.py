@@ -33,30 +33,31 @@ Rules:
 * After each evaluation the ``collapse`` detector (registered like every detector,
   :mod:`tracker.analysis.collapse`; ``config["analysis"]["collapse"]`` tunes or
   turns it off) judges the new points; its events are recorded with the run's.
-* ``finish()`` drains the queue and logs the last statistics before the last flush.
+* ``finish()`` drains the queue and logs the last statistics before the last flush:
+  the newest window of what is still queued, evaluated once, within half the
+  logger timeout (``tracker_logger_timeout``); past it the rest is dropped.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tracker.errors import ConfigError
+from tracker.embedding_window import Window, rankme, statistics  # noqa: F401  (rankme, statistics: public here)
+from tracker.errors import ConfigError, RunError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = 25_600
 DEFAULT_GAMMA = 1.0
-RANKME_EPS = 1e-7
 CONFIG_KEY = "tracker_embeddings"
 STATISTICS = ("rankme", "std", "dead_dims")
-_CHUNK_ROWS = 4096
 
 
 def host_copy(z: Any) -> np.ndarray | Any:
@@ -76,127 +77,6 @@ def _as_matrix(z: Any) -> np.ndarray:
     return array.reshape(-1, array.shape[-1])
 
 
-def rankme(singular: np.ndarray) -> float:
-    """RankMe of singular values ``singular`` (any order)."""
-    s = np.asarray(singular, dtype=np.float64)
-    total = s.sum()
-    if not total > 0:
-        return 1.0
-    p = s / total + RANKME_EPS
-    return float(np.exp(-(p * np.log(p)).sum()))
-
-
-def _chunks(blocks: list[np.ndarray]) -> Any:
-    for block in blocks:
-        for a in range(0, block.shape[0], _CHUNK_ROWS):
-            yield np.asarray(block[a : a + _CHUNK_ROWS], dtype=np.float32)
-
-
-def statistics(z: np.ndarray | list[np.ndarray], gamma: float = DEFAULT_GAMMA) -> dict[str, float]:
-    """RankMe, std of the L2-normalised rows and share of dims with std < ``gamma``, of ``z`` (W, D).
-
-    ``z`` may be a list of row blocks of one width (a ring buffer's two halves): the
-    statistics do not depend on the order of the rows. Row chunks keep the
-    temporaries small; sums and the Gram matrix accumulate in float64.
-    """
-    blocks = list(z) if isinstance(z, (list, tuple)) else [z]
-    w, d = sum(b.shape[0] for b in blocks), blocks[0].shape[1]
-    if w < 2:
-        raise ConfigError(f"statistics need at least 2 samples; got {w}")
-    s1, s2, n1, n2 = (np.zeros(d) for _ in range(4))
-    gram = np.zeros((d, d) if w >= d else (0, 0))
-    for chunk in _chunks(blocks):
-        s1 += chunk.sum(axis=0, dtype=np.float64)
-        s2 += np.square(chunk, dtype=np.float64).sum(axis=0)
-        norms = np.sqrt(np.einsum("ij,ij->i", chunk, chunk, dtype=np.float64))
-        u = chunk / np.maximum(norms, 1e-12).astype(np.float32)[:, None]
-        n1 += u.sum(axis=0, dtype=np.float64)
-        n2 += np.square(u, dtype=np.float64).sum(axis=0)
-        if w >= d:  # in float64: a float32 Gram matrix blurs singular values below ~3e-4 of the largest
-            wide = chunk.astype(np.float64)
-            gram += wide.T @ wide
-    if w < d:
-        small = np.concatenate(blocks).astype(np.float64)
-        gram = small @ small.T
-    eig = np.linalg.eigvalsh(gram)
-    raw_std = np.sqrt(np.maximum(s2 - s1 * s1 / w, 0.0) / (w - 1))
-    unit_std = np.sqrt(np.maximum(n2 - n1 * n1 / w, 0.0) / (w - 1))
-    return {
-        "rankme": rankme(np.sqrt(np.maximum(eig, 0.0))),
-        "std": float(unit_std.mean()),
-        "dead_dims": float(np.mean(raw_std < gamma)),
-    }
-
-
-@dataclass
-class KeyState:
-    """The rolling window and settings of one embedding key."""
-
-    key: str
-    dim: int
-    window: int
-    gamma: float
-    every: int
-    rows: np.ndarray = field(init=False, repr=False)
-    filled: int = 0
-    head: int = 0
-    since: int = 0
-    dropped: int = 0
-    non_finite: int = 0
-    streams: dict[str, Any] | None = None
-
-    def __post_init__(self) -> None:
-        self.rows = np.zeros((self.window, self.dim), dtype=np.float32)
-
-    @property
-    def min_samples(self) -> int:
-        """Samples the window must hold before the first evaluation."""
-        return min(self.window, max(2 * self.dim, 256))
-
-    def add(self, z: np.ndarray) -> None:
-        """Put the rows of ``z`` into the ring (the newest ``window`` of them at most)."""
-        good = np.isfinite(z).all(axis=1)
-        if not good.all():
-            self.non_finite += int((~good).sum())
-            z = z[good]
-        z = z[-self.window :]
-        n = z.shape[0]
-        end = self.head + n
-        if end <= self.window:
-            self.rows[self.head : end] = z
-        else:
-            cut = self.window - self.head
-            self.rows[self.head :] = z[:cut]
-            self.rows[: n - cut] = z[cut:]
-        self.head = end % self.window
-        self.filled = min(self.window, self.filled + n)
-        self.since += n
-
-    def skip(self, rows: int) -> None:
-        """Forget the ``rows`` oldest samples: that many newer ones were dropped unread."""
-        self.filled = max(0, min(self.filled, self.window - rows))
-        self.dropped += rows
-
-    def blocks(self) -> list[np.ndarray]:
-        """The samples in the window: the ``filled`` rows that end at ``head`` (one or two slices)."""
-        if self.head >= self.filled:
-            return [self.rows[self.head - self.filled : self.head]]
-        return [self.rows[self.window - (self.filled - self.head) :], self.rows[: self.head]]
-
-    def due(self) -> bool:
-        """Whether an evaluation is due."""
-        return self.filled >= self.min_samples and self.since >= self.every
-
-    def evaluate(self) -> dict[str, float]:
-        """The statistics of the samples in the window."""
-        self.since = 0
-        return statistics(self.blocks(), self.gamma)
-
-    def settings(self) -> dict[str, Any]:
-        """What the run's config records of this key."""
-        return {"dim": self.dim, "window": self.window, "gamma": self.gamma, "every": self.every}
-
-
 def _option(value: Any, default: Any, name: str, minimum: float, kind: type) -> Any:
     if value is None:
         return default
@@ -212,8 +92,8 @@ class EmbeddingMonitor:
 
     def __init__(self, run: Any) -> None:
         self.run = run
-        self.keys: dict[str, KeyState] = {}
-        self._queues: dict[str, deque[tuple[int, Any]]] = {}
+        self.keys: dict[str, Window] = {}
+        self._queues: dict[str, deque[tuple[int, Any, int]]] = {}
         self._queued_rows: dict[str, int] = {}
         self._skipped: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -222,15 +102,16 @@ class EmbeddingMonitor:
         self._submitted = 0  # batches queued (training thread)
         self._handled = 0  # batches processed or dropped
         self._closed = False
+        self._abandoned = False
         self._thread: threading.Thread | None = None
         self.evaluations = 0
         self.dropped_rows = 0
-        self._detectors: dict[str, dict[str, Any]] | None = None
 
     # -- the training thread -------------------------------------------------------
     def submit(self, key: str, z: Any, step: int, window: Any = None, gamma: Any = None, every: Any = None) -> None:
         """Copy ``z`` to host memory and queue it (the only work done on the caller's thread)."""
-        shape = tuple(getattr(z, "shape", np.shape(z)))
+        shape = getattr(z, "shape", None)
+        shape = tuple(np.shape(z) if shape is None else shape)
         if len(shape) < 2 or shape[-1] < 1:
             raise ConfigError(f"run.log_embeddings: {key!r} has shape {shape}; expected (N, D) embeddings")
         state = self.keys.get(key)
@@ -238,22 +119,22 @@ class EmbeddingMonitor:
             state = self._declare(key, shape[-1], window, gamma, every)
         elif shape[-1] != state.dim:
             raise ConfigError(f"run.log_embeddings: {key!r} has dimension {shape[-1]}; earlier calls had {state.dim}")
-        else:
+        elif window is not None or gamma is not None or every is not None:
             for name, value in (("window", window), ("gamma", gamma), ("every", every)):
                 if value is not None and value != getattr(state, name):
                     raise ConfigError(f"run.log_embeddings: {name}={value!r} for {key!r}, whose settings its first "
                                       f"call fixed: {state.settings()}")
         copy = host_copy(z)
-        rows = int(np.prod(shape[:-1]))
+        rows = math.prod(shape[:-1])
         with self._lock:
             if self._closed:
                 return
             queue = self._queues[key]
-            queue.append((step, copy))
+            queue.append((step, copy, rows))
             self._submitted += 1
             self._queued_rows[key] += rows
-            while len(queue) > 1 and self._queued_rows[key] - _rows(queue[0][1]) >= state.window:
-                dropped = _rows(queue.popleft()[1])
+            while len(queue) > 1 and self._queued_rows[key] - queue[0][2] >= state.window:
+                dropped = queue.popleft()[2]
                 self._handled += 1
                 self._queued_rows[key] -= dropped
                 self._skipped[key] = self._skipped.get(key, 0) + dropped
@@ -264,9 +145,9 @@ class EmbeddingMonitor:
             self._thread.start()
         self._wake.set()
 
-    def _declare(self, key: str, dim: int, window: Any, gamma: Any, every: Any) -> KeyState:
+    def _declare(self, key: str, dim: int, window: Any, gamma: Any, every: Any) -> Window:
         w = _option(window, DEFAULT_WINDOW, "window", 2, int)
-        state = KeyState(key=key, dim=int(dim), window=w, gamma=_option(gamma, DEFAULT_GAMMA, "gamma", 0.0, float),
+        state = Window(key=key, dim=int(dim), window=w, gamma=_option(gamma, DEFAULT_GAMMA, "gamma", 0.0, float),
                          every=_option(every, max(1, w // 25), "every", 1, int))
         with self._lock:
             self.keys[key] = state
@@ -278,7 +159,7 @@ class EmbeddingMonitor:
         return state
 
     # -- the worker ---------------------------------------------------------------------
-    def _take(self) -> list[tuple[KeyState, list[tuple[int, Any]]]]:
+    def _take(self) -> list[tuple[Window, list[tuple[int, Any, int]]]]:
         with self._lock:
             out = []
             for key, queue in self._queues.items():
@@ -312,14 +193,25 @@ class EmbeddingMonitor:
                 if self._closed and not any(self._queues.values()):
                     return
 
-    def _process(self, state: KeyState, items: list[tuple[int, Any]]) -> None:
-        for step, copy in items:
+    def _process(self, state: Window, items: list[tuple[int, Any, int]]) -> None:
+        later = sum(rows for _, _, rows in items)
+        for i, (step, copy, rows) in enumerate(items):
+            later -= rows
+            if self._abandoned:
+                return
+            if self._closed and later >= state.window:  # finishing: rows the later ones would push out
+                state.skip(rows)
+                continue
             state.add(_as_matrix(copy))
-            if not state.due():
+            if not state.due() or (self._closed and i < len(items) - 1):
                 continue
             stats = state.evaluate()
             self.evaluations += 1
-            self.run.log({f"{state.key}/{name}": value for name, value in stats.items()}, step=step)
+            try:
+                self.run.log({f"{state.key}/{name}": value for name, value in stats.items()}, step=step)
+            except RunError:  # the run finished without waiting for this evaluation
+                self._abandoned = True
+                return
             for event in self._detect(state, step, stats):
                 self.run._add_event(event)
 
@@ -328,7 +220,7 @@ class EmbeddingMonitor:
         if meta is not None and self.run.rank == 0:
             meta.update(config=self.run.config)
 
-    def _detect(self, state: KeyState, step: int, stats: dict[str, float]) -> list[Any]:
+    def _detect(self, state: Window, step: int, stats: dict[str, float]) -> list[Any]:
         if state.streams is None:
             state.streams = collapse_streams(state.key, self.run.config)
         from tracker.analysis.detectors import Chunk
@@ -345,20 +237,17 @@ class EmbeddingMonitor:
             return self._done.wait_for(lambda: self._handled >= target, timeout)
 
     def close(self, timeout: float) -> None:
-        """Process what is queued, log the last statistics, stop the worker (safe to call twice)."""
+        """Process what is queued (the last window of it, evaluated once), log the last statistics,
+        stop the worker; what is left after ``timeout`` seconds is dropped. Safe to call twice."""
         with self._lock:
             self._closed = True
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
             if self._thread.is_alive():
+                self._abandoned = True
                 log.warning("tracker: run %s: the embedding statistics did not finish within %g s; the last "
                             "ones are left out", self.run.run_id, timeout)
-
-
-def _rows(copy: Any) -> int:
-    shape = tuple(copy.shape)
-    return int(np.prod(shape[:-1]))
 
 
 def collapse_streams(key: str, config: dict[str, Any]) -> dict[str, Any]:

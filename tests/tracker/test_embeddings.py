@@ -11,7 +11,8 @@ import pytest
 import tracker
 from tracker.analysis.collapse import COLLAPSE, FEED_FLAG, Collapse, collapse_events
 from tracker.analysis.detectors import Chunk, StreamContext
-from tracker.embeddings import KeyState, rankme, statistics, wait
+from tracker.embedding_window import Window, rankme, statistics
+from tracker.embeddings import wait
 from tracker.errors import ConfigError, RunError
 
 
@@ -47,7 +48,7 @@ def test_statistics_of_healthy_and_collapsed_embeddings() -> None:
 
 
 def test_the_ring_keeps_the_newest_samples_and_forgets_the_ones_dropped_unread() -> None:
-    state = KeyState(key="z", dim=2, window=5, gamma=1.0, every=1)
+    state = Window(key="z", dim=2, window=5, gamma=1.0, every=1)
     for i in range(7):
         state.add(np.full((1, 2), float(i), dtype=np.float32))
     assert sorted(np.concatenate(state.blocks())[:, 0]) == [2, 3, 4, 5, 6]
@@ -93,7 +94,7 @@ def test_the_training_thread_only_copies() -> None:
     run.log_embeddings("z", z, step=0)
     z[:] = 5.0  # the caller reuses its buffer: the queued copy is unaffected
     monitor = run._embeddings
-    queued = [c for _, c in monitor._queues["z"]] or [None]
+    queued = [c for _, c, _ in monitor._queues["z"]] or [None]
     assert monitor._thread is not None and monitor._thread is not threading.current_thread()
     run.finish()
     assert all(c is None or float(np.asarray(c).max()) == 1.0 for c in queued)
@@ -158,3 +159,29 @@ def test_collapse_streams_judge_only_fed_statistics() -> None:
     assert [e.step for e in dead] == [12]
     high_from_the_start = _stream("proj/dead_dims").feed(Chunk(np.arange(20, dtype=np.int64), np.ones(20)))
     assert high_from_the_start == []
+
+
+def test_the_window_sums_follow_the_rows_in_and_out() -> None:
+    rng = np.random.default_rng(4)
+    state = Window(key="z", dim=8, window=100, gamma=0.5, every=1)
+    for n in (30, 50, 45, 7, 100, 3):  # fills, wraps, evicts, replaces whole
+        state.add((rng.normal(size=(n, 8)) * rng.uniform(0.1, 2, 8)).astype(np.float32))
+        got, exact = state.evaluate(), statistics(state.blocks(), gamma=0.5)
+        assert got == pytest.approx(exact, rel=1e-9)
+    state.skip(60)
+    assert state.filled == 40 and state.evaluate() == pytest.approx(statistics(state.blocks(), gamma=0.5), rel=1e-9)
+
+
+def test_finish_waits_for_the_worker_at_most_half_the_logger_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    import time
+
+    run = tracker.init("emb", config={"tracker_logger_timeout": 1.0})
+    z = np.random.default_rng(5).normal(size=(512, 512)).astype(np.float32)
+    for step in range(60):  # a backlog far larger than what the worker can take in 0.5 s here
+        run.log_embeddings("big", z, step=step, every=512)
+    t0 = time.perf_counter()
+    run.finish()
+    assert time.perf_counter() - t0 < 1.0 + 2.0  # half the timeout for the worker, then the usual finish
+    time.sleep(0.5)  # the abandoned worker stops without logging into the finished run
+    assert not [r for r in caplog.records if "failed" in r.getMessage()]
+    assert run._embeddings._abandoned or run._embeddings.evaluations > 0

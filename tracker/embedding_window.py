@@ -1,0 +1,199 @@
+"""The collapse statistics of embeddings and the rolling window they are computed on.
+
+* :func:`statistics` of a set of rows ``z`` (W, D): RankMe (from the singular
+  values of ``z``, through the eigenvalues of its Gram matrix ``z^T z`` or ``z z^T``,
+  whichever is smaller), the mean std of the L2-normalised rows, and the share of
+  dimensions whose std is below ``gamma``. Everything accumulates in float64: a
+  float32 Gram matrix blurs singular values below ~3e-4 of the largest, which is
+  what a collapsing embedding is made of.
+* :class:`Window` keeps the last ``window`` rows in a float32 ring and their
+  sufficient statistics (:class:`Sums`) up to date as rows come and go: adding
+  ``n`` rows costs ``n * D^2``, an evaluation ``D^3`` (the eigenvalues), instead of
+  ``W * D^2`` for every evaluation. Every ``4 * window`` rows added the sums are
+  recomputed from the ring, so rounding never drifts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from tracker.errors import ConfigError
+
+RANKME_EPS = 1e-7
+CHUNK_ROWS = 4096
+REFRESH = 4  # sums recomputed from the ring every REFRESH * window rows added
+
+
+def rankme(singular: np.ndarray) -> float:
+    """RankMe of singular values ``singular`` (any order): ``exp(-sum p log p)``, ``p = s / sum(s) + 1e-7``."""
+    s = np.asarray(singular, dtype=np.float64)
+    total = s.sum()
+    if not total > 0:
+        return 1.0
+    p = s / total + RANKME_EPS
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def _chunks(blocks: list[np.ndarray]) -> Iterator[np.ndarray]:
+    for block in blocks:
+        for a in range(0, block.shape[0], CHUNK_ROWS):
+            yield np.asarray(block[a : a + CHUNK_ROWS], dtype=np.float32)
+
+
+@dataclass
+class Sums:
+    """Sufficient statistics of a set of rows: per-dimension sums (raw and L2-normalised) and ``z^T z``."""
+
+    dim: int
+    gram: bool = True
+    count: int = 0
+    s1: np.ndarray = field(init=False)
+    s2: np.ndarray = field(init=False)
+    n1: np.ndarray = field(init=False)
+    n2: np.ndarray = field(init=False)
+    g: np.ndarray | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.s1, self.s2, self.n1, self.n2 = (np.zeros(self.dim) for _ in range(4))
+        self.g = np.zeros((self.dim, self.dim)) if self.gram else None
+
+    def update(self, blocks: list[np.ndarray], sign: float = 1.0) -> None:
+        """Add (``sign=1``) or remove (``sign=-1``) the rows of ``blocks``."""
+        for chunk in _chunks(blocks):
+            wide = chunk.astype(np.float64)
+            norms = np.sqrt(np.einsum("ij,ij->i", wide, wide))
+            unit = wide / np.maximum(norms, 1e-12)[:, None]
+            self.s1 += sign * wide.sum(axis=0)
+            self.s2 += sign * np.einsum("ij,ij->j", wide, wide)
+            self.n1 += sign * unit.sum(axis=0)
+            self.n2 += sign * np.einsum("ij,ij->j", unit, unit)
+            if self.g is not None:
+                self.g += sign * (wide.T @ wide)
+            self.count += int(sign) * chunk.shape[0]
+
+    def result(self, gamma: float, blocks: list[np.ndarray] | None = None) -> dict[str, float]:
+        """The statistics of the rows summed (``blocks``: the rows themselves, for ``z z^T`` when W < D)."""
+        w = self.count
+        if w < 2:
+            raise ConfigError(f"statistics need at least 2 samples; got {w}")
+        if self.g is not None and w >= self.dim:
+            eig = np.linalg.eigvalsh(self.g)
+        else:
+            if blocks is None:
+                raise ConfigError("fewer samples than dimensions: pass the rows for z z^T")
+            small = np.concatenate(blocks).astype(np.float64)
+            eig = np.linalg.eigvalsh(small @ small.T)
+        raw_std = np.sqrt(np.maximum(self.s2 - self.s1 * self.s1 / w, 0.0) / (w - 1))
+        unit_std = np.sqrt(np.maximum(self.n2 - self.n1 * self.n1 / w, 0.0) / (w - 1))
+        return {
+            "rankme": rankme(np.sqrt(np.maximum(eig, 0.0))),
+            "std": float(unit_std.mean()),
+            "dead_dims": float(np.mean(raw_std < gamma)),
+        }
+
+
+def statistics(z: np.ndarray | list[np.ndarray], gamma: float = 1.0) -> dict[str, float]:
+    """RankMe, std of the L2-normalised rows and share of dims with std < ``gamma``, of ``z`` (W, D).
+
+    ``z`` may be a list of row blocks of one width (a ring buffer's two halves): the
+    statistics do not depend on the order of the rows.
+    """
+    blocks = list(z) if isinstance(z, (list, tuple)) else [z]
+    w, d = sum(b.shape[0] for b in blocks), blocks[0].shape[1]
+    sums = Sums(d, gram=w >= d)
+    sums.update(blocks)
+    return sums.result(gamma, blocks)
+
+
+@dataclass
+class Window:
+    """The last ``window`` rows of one embedding key in a ring, with their sums kept up to date."""
+
+    key: str
+    dim: int
+    window: int
+    gamma: float
+    every: int
+    rows: np.ndarray = field(init=False, repr=False)
+    sums: Sums = field(init=False, repr=False)
+    filled: int = 0
+    head: int = 0
+    since: int = 0
+    added: int = 0
+    dropped: int = 0
+    non_finite: int = 0
+    streams: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.rows = np.zeros((self.window, self.dim), dtype=np.float32)
+        self.sums = Sums(self.dim, gram=self.window >= self.dim)
+
+    @property
+    def min_samples(self) -> int:
+        """Samples the window must hold before the first evaluation."""
+        return min(self.window, max(2 * self.dim, 256))
+
+    def _oldest(self, count: int) -> list[np.ndarray]:
+        """The ``count`` oldest rows of the window (one or two slices)."""
+        start = (self.head - self.filled) % self.window
+        end = start + count
+        if end <= self.window:
+            return [self.rows[start:end]]
+        return [self.rows[start:], self.rows[: end - self.window]]
+
+    def add(self, z: np.ndarray) -> None:
+        """Put the rows of ``z`` into the ring (the newest ``window`` of them at most)."""
+        good = np.isfinite(z).all(axis=1)
+        if not good.all():
+            self.non_finite += int((~good).sum())
+            z = z[good]
+        z = np.asarray(z[-self.window :], dtype=np.float32)
+        n = z.shape[0]
+        evicted = max(0, self.filled + n - self.window)
+        if evicted:
+            self.sums.update(self._oldest(evicted), -1.0)
+            self.filled -= evicted
+        end = self.head + n
+        if end <= self.window:
+            self.rows[self.head : end] = z
+        else:
+            cut = self.window - self.head
+            self.rows[self.head :] = z[:cut]
+            self.rows[: n - cut] = z[cut:]
+        self.sums.update([z])
+        self.head = end % self.window
+        self.filled += n
+        self.since += n
+        self.added += n
+        if self.added >= REFRESH * self.window:
+            self.added = 0
+            self.sums = Sums(self.dim, gram=self.window >= self.dim)
+            self.sums.update(self.blocks())
+
+    def skip(self, rows: int) -> None:
+        """Forget the oldest samples that ``rows`` newer ones, dropped unread, would have pushed out."""
+        keep = max(0, min(self.filled, self.window - rows))
+        if keep < self.filled:
+            self.sums.update(self._oldest(self.filled - keep), -1.0)
+            self.filled = keep
+        self.dropped += rows
+
+    def blocks(self) -> list[np.ndarray]:
+        """The samples in the window: the ``filled`` rows that end at ``head`` (one or two slices)."""
+        return self._oldest(self.filled)
+
+    def due(self) -> bool:
+        """Whether an evaluation is due."""
+        return self.filled >= self.min_samples and self.since >= self.every
+
+    def evaluate(self) -> dict[str, float]:
+        """The statistics of the samples in the window."""
+        self.since = 0
+        return self.sums.result(self.gamma, self.blocks() if self.filled < self.dim else None)
+
+    def settings(self) -> dict[str, Any]:
+        """What the run's config records of this key."""
+        return {"dim": self.dim, "window": self.window, "gamma": self.gamma, "every": self.every}
