@@ -356,8 +356,8 @@ class Aim(Peer):
 
 
 PEERS: dict[str, type[Peer]] = {
-    "tracker": Tracker, "wandb": Wandb, "mlflow": Mlflow, "mlflow-sync": MlflowSync, "mlflow-unbuffered": MlflowUnbuffered,
-    "tensorboardx": TensorboardX, "aim": Aim,
+    "tracker": Tracker, "wandb": Wandb, "mlflow": Mlflow, "mlflow-sync": MlflowSync,
+    "mlflow-unbuffered": MlflowUnbuffered, "tensorboardx": TensorboardX, "aim": Aim,
 }
 
 
