@@ -214,6 +214,7 @@ def kill_peer(python: str, peer: str, keys: int, steps: int, kill_after: float, 
             timer.cancel()
             kill_tree(proc.pid)
             proc.wait()
+            proc.stdout.close()
             if not logged:
                 err.seek(0)
                 tail = [ln.strip() for ln in err.read().splitlines() if ln.strip()][-2:]
