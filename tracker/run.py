@@ -263,6 +263,26 @@ class Run(Flusher):
         self._cbuf.append((step, time.time(), key, arr))
         self._after_log(step, arr.size)
 
+    def log_assignments(self, *, gt_labels: Any, gt_mask: Any, fg_mask: Any, matched_gt: Any,
+                        step: int | None = None, num_classes: int | None = None, anchor_strides: Any = None,
+                        logits: Any = None, targets: Any = None, grad: Any = None,
+                        grad_scale: Any = 1.0) -> dict[str, Any]:
+        """Log a detector batch's assignment statistics and gradient balance per class (torch tensors).
+
+        ``gt_labels`` ``(B, M)`` class of each ground-truth slot, ``gt_mask`` ``(B, M)`` True for a
+        real box, ``fg_mask`` ``(B, A)`` True for a positive anchor, ``matched_gt`` ``(B, A)`` the
+        slot it is assigned to. Logs ``assign/gt``, ``assign/pos``, ``assign/gt_no_pos`` per class;
+        with ``anchor_strides`` ``(A,)`` also ``assign/pos/P3``... per pyramid level; with
+        ``logits`` and ``targets`` ``(B, A, C)`` of a sigmoid BCE (or ``grad=dL/dlogits``), times
+        ``grad_scale``, ``grad/pos`` and ``grad/neg``. Returns the logged values. See
+        :mod:`tracker.assign` and docs/rare-classes.md.
+        """
+        from tracker.assign import log_assignments
+
+        return log_assignments(self, gt_labels=gt_labels, gt_mask=gt_mask, fg_mask=fg_mask, matched_gt=matched_gt,
+                               num_classes=num_classes, step=step, anchor_strides=anchor_strides, logits=logits,
+                               targets=targets, grad=grad, grad_scale=grad_scale)
+
     def event(
         self,
         kind: str,
@@ -299,6 +319,13 @@ class Run(Flusher):
         from tracker.embeddings import monitor
 
         monitor(self).submit(key, z, step, window, gamma, every)
+
+    def on_event(self, callback: Any) -> None:
+        """Call ``callback(event)`` (a :class:`tracker.events.Event`) for every event of this run,
+        detectors' included, on the notifier thread, never the training thread (see docs/alerts.md)."""
+        from tracker.notify.dispatch import on_event
+
+        on_event(self, callback)
 
     def flush(self, timeout: float | None = None) -> bool:
         """A durability barrier: hand every row logged so far to the loggers and wait until
@@ -354,6 +381,8 @@ class Run(Flusher):
             lane.request_close(self.status)
         for lane in lanes:
             lane.wait_closed(deadline - time.monotonic())
+        if self.__dict__.get("_notify") is not None:  # the last events' alerts, then the rest from the spool
+            self.__dict__["_notify"].close()
         self._finish_done.set()
         _LIVE.discard(self)
         from tracker.host import call_hook
@@ -468,6 +497,7 @@ def init(
     system: bool | float | None = None,
     store: str | None = None,
     data_path: str | None = None,
+    notify: Iterable[Any] | None = None,
 ) -> Run:
     """Start (or resume) a run and return it.
 
@@ -476,6 +506,8 @@ def init(
     to the last visible step + 1. ``loggers`` defaults to ``$TRACKER_LOGGERS`` or ``store``.
     ``system``: the system sampler, on by default (False: off; seconds: its interval;
     see :mod:`tracker.system`).
+    ``notify``: alert targets and rules (default ``$TRACKER_NOTIFY`` or pyproject.toml's
+    ``[tool.tracker.notify]``; see docs/alerts.md).
     ``store``/``data_path`` select a DuckLake (``"ducklake:postgres:..."``, as ``TRACKER_STORE``
     and ``TRACKER_DATA_PATH``) for this process.
     """
@@ -487,6 +519,9 @@ def init(
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"config is not JSON-serialisable: {exc}") from None
     system_opts = system_options(system)
+    from tracker.notify.dispatch import attach, configure
+
+    alerts = configure(notify)  # a bad target fails here, before any file is written
     rank, world = rank_world()
     root = home_dir(home)
     run_id = check_run_id(run_id) if run_id is not None else shared_run_id(world)
@@ -516,6 +551,7 @@ def init(
     except BaseException:
         _close_sessions(run, "crashed")
         raise
+    attach(run, alerts)
     _LIVE.add(run)
     run._start()
     from tracker.host import call_hook

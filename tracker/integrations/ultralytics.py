@@ -12,9 +12,14 @@ What :func:`track` logs (steps are global batch indices,
   ``train/cls_loss`` (``run.log_classes``), which sums to ``train/cls_loss``; and
   ``sys/data_time``, the seconds the batch waited for the data loader (from the
   previous batch's end, or the epoch's start, to ``on_train_batch_start``);
+  the assignment statistics and gradient balance per class (``assign/gt``,
+  ``assign/pos``, ``assign/gt_no_pos``, ``grad/pos``, ``grad/neg``, and
+  ``assign/pos/P3``... per pyramid level), from the criterion's own assigner
+  (:mod:`tracker.integrations.ultralytics_assign`; ``assign_stats=False`` for none);
 * per epoch, at the step of its last batch: every metric Ultralytics reports
   (``metrics/mAP50(B)``, ``metrics/mAP50-95(B)``, precision, recall, ``val/*``)
-  and ``epoch`` (completed epochs, 1-based as in ``results.csv``). The evaluation
+  and ``epoch`` (completed epochs, 1-based as in ``results.csv``), and the per-class
+  vectors ``val/AP50`` and ``val/AP50-95`` from the validator. The evaluation
   of ``best.pt`` that Ultralytics runs after the last epoch (it fires the
   epoch-end callback once more) is logged as ``best/...`` at the last step, not
   as an extra epoch;
@@ -78,7 +83,7 @@ _PER_BATCH_PREFIXES = ("train/", "lr/")
 
 def track(model: Any, *, project: str | None = None, name: str | None = None, run_id: str | None = None,
           loss: str | None = None, log_every: int = 1, ultralytics_loggers: bool = False,
-          **loss_params: Any) -> None:
+          assign_stats: bool = True, **loss_params: Any) -> None:
     """Attach tracking (and optionally a loss term) to an ``ultralytics.YOLO`` model; returns nothing.
 
     ``project`` defaults to the trainer's ``project`` folder name (else ``"yolo"``),
@@ -88,7 +93,8 @@ def track(model: Any, *, project: str | None = None, name: str | None = None, ru
     counts, ``beta``, ``power``, ``pos_weight``, ``gamma``, ``alpha``, ...).
     ``log_every`` logs the per-batch values every n-th batch. ``ultralytics_loggers=True``
     keeps Ultralytics' MLflow callback on (it is off for tracked trainings unless
-    ``MLFLOW_TRACKING_URI`` is set; see the module doc).
+    ``MLFLOW_TRACKING_URI`` is set; see the module doc). ``assign_stats=False`` turns off the
+    assignment statistics and gradient balance (:mod:`tracker.integrations.ultralytics_assign`).
     """
     if not isinstance(ultralytics_loggers, bool):
         raise ConfigError(f"ultralytics_loggers is {ultralytics_loggers!r}; expected True or False")
@@ -104,6 +110,7 @@ def track(model: Any, *, project: str | None = None, name: str | None = None, ru
         raise ConfigError(f"loss parameters {sorted(loss_params)} given without loss=...; name the loss term")
     state = _Tracker(project, name, run_id, loss, dict(loss_params), log_every)
     state.ultralytics_loggers = ultralytics_loggers
+    state.assign_stats = bool(assign_stats)
     for event in EVENTS:
         model.add_callback(event, getattr(state, event))
 
@@ -194,6 +201,7 @@ class _Tracker:
         self.data_time: float | None = None
         self.epoch_ended: int | None = None
         self.ultralytics_loggers = False
+        self.assign_stats, self.assign = True, None
 
     # -- setup -------------------------------------------------------------------
     def on_pretrain_routine_start(self, trainer: Any) -> None:
@@ -233,6 +241,10 @@ class _Tracker:
 
         model = unwrap_model(trainer.model)
         self.per_class = install(model, factory)
+        if self.assign_stats:
+            from tracker.integrations.ultralytics_assign import attach
+
+            self.assign = attach(model)
         if trainer.ema is not None:
             install(trainer.ema.ema, factory)  # validation losses use the same term
         stock = getattr(model, "class_weights", None)
@@ -329,6 +341,10 @@ class _Tracker:
         i = self.batch
         self.batch += 1
         step = int(trainer.epoch) * self.batches + i
+        if self.assign is not None:
+            from tracker.integrations.ultralytics_assign import log_batch
+
+            log_batch(self.assign, self.run, step, self.log_every)
         if step % self.log_every:
             return
         values = {f"train/{k}": v for k, v in loss_items(trainer).items()}
@@ -358,9 +374,17 @@ class _Tracker:
         if self.epoch_ended is None or int(trainer.epoch) != self.epoch_ended:
             last = self.run.step if self.run.step is not None else self.run.start_step
             self.run.log({f"best/{k}": v for k, v in metrics.items()}, step=last)
+            self._log_ap(trainer, last, "best/")
             return
         step = (self.epoch_ended + 1) * self.batches - 1
         self.run.log({**metrics, "epoch": float(self.epoch_ended + 1)}, step=step)
+        self._log_ap(trainer, step, "val/")
+
+    def _log_ap(self, trainer: Any, step: int, prefix: str) -> None:
+        """Per-class ``AP50`` and ``AP50-95`` of the validation just run (``val/`` or ``best/``)."""
+        from tracker.integrations.ultralytics_assign import log_val_ap
+
+        log_val_ap(self.run, trainer, step, prefix)
 
     # -- end ---------------------------------------------------------------------
     def on_train_end(self, trainer: Any) -> None:
