@@ -48,6 +48,7 @@ CORE_COMMANDS: dict[str, str] = {
     "import": "importing",
     "ingest": "runs",
     "lake": "lake",
+    "notify": "notify",
     "plugins": "plugins",
     "runs": "runs",
     "sql": "sql",

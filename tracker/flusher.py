@@ -135,11 +135,19 @@ class Flusher:
         self._thread.start()
 
     def _loop(self) -> None:
+        from tracker.store.spoolmeta import heartbeat_s
+
+        try:  # TRACKER_HEARTBEAT_S (checked by init): refreshed at least this often, even when idle
+            beat = heartbeat_s()
+        except Exception:
+            beat = 60.0
         while not self._stop.is_set():
-            self._wake.wait(self.flush_interval)
+            self._wake.wait(min(self.flush_interval, beat / 2))
             self._wake.clear()
             try:
                 self._flush()
+                if self._meta is not None and time.time() - self._meta.segment.heartbeat >= beat / 2:
+                    self._meta.flushed(None)
             except Exception:  # the flusher must survive anything
                 log.exception("tracker: flush of run %s failed", self.run_id)
 
@@ -153,6 +161,8 @@ class Flusher:
                 self._analysis.check_hung(self.logger_timeout)
             self._report_drops()
             buf, cbuf, ebuf = _drain(self._buf), _drain(self._cbuf), _drain(self._ebuf)
+            if ebuf and self.__dict__.get("_notify") is not None:  # alerts and on_event (tracker.notify)
+                self.__dict__["_notify"].submit(ebuf)
             if not (buf or cbuf or ebuf):
                 return self._seq - 1
             ident = (self.run_id, self.rank, self.segment)

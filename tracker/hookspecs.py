@@ -115,6 +115,21 @@ def tracker_register_importers(register: Register) -> None:
 
 
 @hookspec
+def tracker_register_notifiers(register: Register) -> None:
+    """Register notifiers: where alerts go (console, file, webhook, email, ...).
+
+    Fires once per plugin manager, when a run or ``tracker notify`` first needs them.
+    Call ``register(notifier)`` with an object that has a ``name`` (the ``NAME`` of a
+    target ``NAME:ARGUMENT``), a ``help`` line, ``check(target)`` raising
+    :class:`tracker.errors.ConfigError` for an argument it cannot use, and
+    ``send(target, message)`` delivering one message dict (``title``, ``text``,
+    ``kind``, ``severity``, ``key``, ``step``, ``run_id``, ``held_back``, ...) or
+    raising. ``send`` runs on the notifier thread, never the training thread, and is
+    retried with backoff when it raises (see :mod:`tracker.notify`). Returns nothing.
+    """
+
+
+@hookspec
 def tracker_register_panels(register: Register) -> None:
     """Register extra pages for the web UI.
 

@@ -39,10 +39,11 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.vulkan_exec",
     "plugins.importers",
     "plugins.system",
+    "plugins.notifiers",
 )
 
 ENTRY_POINT_GROUP = "tracker"
-KINDS: tuple[str, ...] = ("losses", "kernels", "samplers", "loggers", "detectors", "panels", "importers")
+KINDS: tuple[str, ...] = ("losses", "kernels", "samplers", "loggers", "detectors", "panels", "importers", "notifiers")
 SINGULAR: dict[str, str] = {
     "losses": "loss term",
     "kernels": "kernel",
@@ -51,6 +52,7 @@ SINGULAR: dict[str, str] = {
     "detectors": "detector",
     "panels": "panel",
     "importers": "importer",
+    "notifiers": "notifier",
 }
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 

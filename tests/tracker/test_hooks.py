@@ -198,6 +198,39 @@ def test_hook_tracker_register_panels() -> None:
     assert host.items("panels")["mine"].title == "My page"
 
 
+def test_hook_tracker_register_notifiers() -> None:
+    import time
+
+    got: list[tuple[str, dict[str, Any]]] = []
+
+    @dataclass(frozen=True)
+    class Memo:
+        name: str = "memo"
+        help: str = "keep messages in a list"
+
+        def check(self, target: Any) -> None:
+            return None
+
+        def send(self, target: Any, message: dict[str, Any]) -> None:
+            got.append((target.arg, message))
+
+    def tracker_register_notifiers(register: Any) -> None:
+        register(Memo())
+
+    host = use_plugin(tracker_register_notifiers=tracker_register_notifiers)
+    assert host.registry("notifiers").owners["memo"] == "hooked_plugin"
+    assert host.registry("notifiers").owners["webhook"] == "notifiers"
+    run = tracker.init("p", run_id="alerted", notify=["memo:ops"])
+    run.log({"loss": 1.0}, step=0)
+    run.event("custom", "something broke", severity="error")
+    run.event("custom", "only a warning", severity="warning")  # the default rule sends errors only
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run.finish()
+    assert [(to, m["kind"], m["text"]) for to, m in got] == [("ops", "custom", "something broke")]
+
+
 def test_hook_tracker_plugin_status() -> None:
     def tracker_plugin_status() -> str | None:
         return "needs a GPU: apt-get install mesa-vulkan-drivers"

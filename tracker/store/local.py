@@ -196,6 +196,9 @@ class Store:
     def __init__(self, home: str | os.PathLike[str] | None = None):
         self.home = spool.home_dir(home)
         self.path = self.home / DB_NAME
+        from tracker.notify.recovery import recover_soon
+
+        recover_soon(self.home)  # alerts a dead run left queued, crashed runs (docs/alerts.md)
 
     # -- connections -----------------------------------------------------------------
     def _connection(self, write: bool, timeout: float | None) -> duckdb.DuckDBPyConnection:

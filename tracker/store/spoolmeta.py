@@ -16,7 +16,29 @@ from tracker.spool import SegmentInfo
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-STALE_HEARTBEAT_S = 300.0  # seconds without a heartbeat after which a segment on another host is dead
+HEARTBEAT_S = 60.0  # default of TRACKER_HEARTBEAT_S: a live run refreshes its heartbeat at least this often
+STALE_HEARTBEAT_S = 2 * HEARTBEAT_S  # default: a segment whose heartbeat is older than two intervals is dead
+
+
+def heartbeat_s() -> float:
+    """The heartbeat interval, ``TRACKER_HEARTBEAT_S`` seconds (default 60)."""
+    from tracker.errors import ConfigError
+
+    raw = os.environ.get("TRACKER_HEARTBEAT_S", "")
+    if not raw:
+        return HEARTBEAT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ConfigError(f"TRACKER_HEARTBEAT_S={raw!r} is not a positive number of seconds; e.g. TRACKER_HEARTBEAT_S=60")
+    return value
+
+
+def stale_after_s() -> float:
+    """Seconds without a heartbeat after which a segment not ended is dead: two intervals."""
+    return 2 * heartbeat_s()
 
 # the spool's metadata tables (in spool_meta's order) and their primary keys
 META_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -92,12 +114,14 @@ def run_row(meta: dict[str, Any], segs: list[SegmentInfo]) -> dict[str, Any]:
 
 
 def _alive(seg: SegmentInfo, meta: dict[str, Any]) -> bool:
-    """Is the process writing ``seg`` still there? Same host: pid check; else heartbeat."""
+    """Is the process writing ``seg`` still there? Its heartbeat is younger than
+    :func:`stale_after_s` (the rule on every host and in the lake), and on its own
+    host its pid is also alive (a process gone is dead at once)."""
     import socket
 
-    if meta.get("host") == socket.gethostname():
-        return spool.pid_alive(seg.pid)
-    return time.time() - seg.heartbeat < STALE_HEARTBEAT_S
+    if time.time() - seg.heartbeat >= stale_after_s():
+        return False
+    return meta.get("host") != socket.gethostname() or spool.pid_alive(seg.pid)
 
 
 def runs_table(rows: list[dict[str, Any]]) -> pa.Table:
