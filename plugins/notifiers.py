@@ -190,7 +190,7 @@ class Email:
         mail["To"] = ", ".join(a.strip() for a in expand(target.arg).split(";") if a.strip())
         mail["X-Tracker-Run"] = str(message.get("run_id"))
         mail.set_content(_line(message) + "\n\n" + json.dumps(message, indent=2, default=str) + "\n")
-        with smtplib.SMTP(host, port, timeout=TIMEOUT_S) as smtp:
+        with smtplib.SMTP(host, port, local_hostname=socket.gethostname(), timeout=TIMEOUT_S) as smtp:
             if os.environ.get("TRACKER_SMTP_STARTTLS", "1") != "0":
                 context = ssl.create_default_context(cafile=os.environ.get("TRACKER_SMTP_CAFILE") or None)
                 smtp.starttls(context=context)

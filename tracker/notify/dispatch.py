@@ -89,10 +89,13 @@ class RunNotifier:
         self._idle.clear()
         self._wake.set()
 
-    def close(self, timeout: float = CLOSE_WAIT_S) -> None:
-        """Handle what was submitted, try to deliver it for up to ``timeout`` s, stop the thread."""
+    def close(self, timeout: float | None = None) -> None:
+        """Handle what was submitted, try to deliver it for up to ``timeout`` s (default
+        ``TRACKER_NOTIFY_CLOSE_S``, 5), stop the thread; what is left stays in the outbox."""
         if self._thread is None:
             return
+        if timeout is None:
+            timeout = outbox._env_float("TRACKER_NOTIFY_CLOSE_S", CLOSE_WAIT_S)
         deadline = time.monotonic() + timeout
         self._idle.clear()  # set again after a whole pass: events routed, one delivery attempt each
         self._wake.set()
