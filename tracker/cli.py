@@ -40,6 +40,7 @@ def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
 # are imported on first use, so `tracker analyze` does not pay for `tracker coco` or the
 # plugins' imports; a test checks this map against what the modules register.
 CORE_COMMANDS: dict[str, str] = {
+    "advise": "advise",
     "analyze": "analyze",
     "check-plugins": "losses",
     "demo": "demo",
