@@ -131,7 +131,12 @@ def _pos_weight_advice(rc: RareClasses) -> Advice | None:
 def _repeat_advice(rc: RareClasses) -> Advice | None:
     if rc.counts is None or not rc.groups["frequent"] or not rc.groups["rare"]:
         return None
-    images = float(rc.config.get("batches_per_epoch", 0) or 0) * float(rc.config.get("batch", 0) or 0)
+    images = float(rc.config.get("train_images", 0) or 0)
+    where = f"{images:.0f} training images"
+    if images <= 0:  # older runs: batches times batch size (more than the images under repeat-factor sampling)
+        images = float(rc.config.get("batches_per_epoch", 0) or 0) * float(rc.config.get("batch", 0) or 0)
+        where = f"about {images:.0f} training images ({rc.config.get('batches_per_epoch')} batches of " \
+                f"{rc.config.get('batch')})"
     if images <= 0:
         return None
     f = np.minimum(1.0, rc.counts / images)
@@ -139,7 +144,10 @@ def _repeat_advice(rc: RareClasses) -> Advice | None:
     r = np.where(rc.counts > 0, np.maximum(1.0, np.sqrt(t / np.where(f > 0, f, 1.0))), 1.0)
     before = rc.counts / rc.counts.sum()
     after = rc.counts * r / (rc.counts * r).sum()
-    ev = [f"{images:.0f} training images ({rc.config.get('batches_per_epoch')} batches of {rc.config.get('batch')})"]
+    current = rc.config.get("rfs_threshold")
+    if current is not None and float(current) >= t:
+        return None  # the run already samples at least as hard
+    ev = [where + ("" if current is None else f"; this run sampled with threshold {float(current):.3g}")]
     parts = {}
     for g, idx in rc.groups.items():
         if idx:
@@ -181,6 +189,9 @@ def restart_line(advice: list[Advice], rc: RareClasses) -> str:
         elif a.kind == "pos_weight":
             kw["pos_weight"] = a.params["pos_weight"]
     lines = []
+    loss = dict(rc.config.get("loss") or {})
+    if loss.get("term") == "class_weighted_bce" and "scheme" not in kw:  # keep the run's own weighting
+        kw.update({k: loss[k] for k in ("scheme", "beta", "power") if loss.get(k) is not None})
     pw = kw.pop("pos_weight", None)
     if pw is not None:
         lines.append(f"pos_weight = [1.0] * {len(pw)}")
@@ -189,12 +200,14 @@ def restart_line(advice: list[Advice], rc: RareClasses) -> str:
     args = "".join(f", {k}={v!r}" for k, v in kw.items()) + (", pos_weight=pos_weight" if pw is not None else "")
     lines.append(f"track(model, loss=\"class_weighted_bce\"{args})" if args else "track(model)")
     train = []
+    if rc.config.get("rfs_threshold") is not None and not any(a.kind == "repeat" for a in advice):
+        train.append(f"trainer=repeat_factor_trainer(threshold={rc.config['rfs_threshold']})")
     for a in advice:
         if a.kind == "assignment":
             train.append(f"imgsz={a.params['imgsz']}")
         if a.kind == "repeat":
             train.append(f"trainer=repeat_factor_trainer(threshold={a.params['threshold']})")
-    if any(a.kind == "repeat" for a in advice):
+    if any(a.kind == "repeat" for a in advice) or rc.config.get("rfs_threshold") is not None:
         lines.insert(0, "from tracker.integrations.ultralytics_data import repeat_factor_trainer")
     lines.insert(0, "from tracker.integrations.ultralytics import track")
     if train:

@@ -25,7 +25,8 @@ What :func:`track` logs (steps are global batch indices,
   as an extra epoch;
 * config: the trainer's arguments, ``class_counts`` (instances per class in the
   training labels), ``class_weights`` when a weighting is in force,
-  ``batches_per_epoch`` and ``loss`` (the term and its parameters); class names
+  ``batches_per_epoch``, ``train_images``, ``rfs_threshold`` (with
+  ``repeat_factor_trainer``) and ``loss`` (the term and its parameters); class names
   come from the dataset.
 
 Resume: the run id is kept in ``<save_dir>/tracker.json``; ``YOLO(".../last.pt")
@@ -271,7 +272,10 @@ class _Tracker:
             class_counts=dict(zip(names, counts.tolist())),
             batches_per_epoch=self.batches,
             loss={"term": self.loss or "ultralytics_bce", **_jsonable(self.loss_params)},
+            train_images=len(trainer.train_loader.dataset),
         )
+        if getattr(trainer, "rfs_threshold", None) is not None:  # repeat_factor_trainer's sampling
+            config["rfs_threshold"] = float(trainer.rfs_threshold)
         if weights is not None:
             config["class_weights"] = np.asarray(weights, dtype=np.float64).tolist()
         start = int(trainer.start_epoch) * self.batches
