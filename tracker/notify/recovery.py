@@ -68,14 +68,18 @@ def _wait_at_exit() -> None:
 
 def recover(home: Path, notifiers: dict[str, Any] | None = None) -> dict[str, int]:
     """Send what dead runs left queued, and notify newly crashed runs; counts of what it did."""
-    from tracker.host import get_host
-
     home = Path(home)
-    notifiers = notifiers if notifiers is not None else get_host().items("notifiers")
     counts = {"sent": 0, "failed": 0, "crashed": 0}
+    runs = outbox.runs_with_outbox(home)
+    if not runs:  # the common case: nothing to load (a store's reader stays light)
+        return counts
+    if notifiers is None:
+        from tracker.host import get_host
+
+        notifiers = get_host().items("notifiers")
     from tracker.notify.dispatch import LIVE
 
-    for run_id in outbox.runs_with_outbox(home):
+    for run_id in runs:
         cfg = outbox.run_config(home, run_id)
         if cfg is None or (home, run_id) in LIVE:
             continue
