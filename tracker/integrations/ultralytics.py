@@ -84,7 +84,7 @@ _PER_BATCH_PREFIXES = ("train/", "lr/")
 
 def track(model: Any, *, project: str | None = None, name: str | None = None, run_id: str | None = None,
           loss: str | None = None, log_every: int = 1, ultralytics_loggers: bool = False,
-          assign_stats: bool = True, **loss_params: Any) -> None:
+          assign_stats: bool = True, on_error: str | None = None, **loss_params: Any) -> None:
     """Attach tracking (and optionally a loss term) to an ``ultralytics.YOLO`` model; returns nothing.
 
     ``project`` defaults to the trainer's ``project`` folder name (else ``"yolo"``),
@@ -96,6 +96,8 @@ def track(model: Any, *, project: str | None = None, name: str | None = None, ru
     keeps Ultralytics' MLflow callback on (it is off for tracked trainings unless
     ``MLFLOW_TRACKING_URI`` is set; see the module doc). ``assign_stats=False`` turns off the
     assignment statistics and gradient balance (:mod:`tracker.integrations.ultralytics_assign`).
+    ``on_error``: on an error-severity event, ``"stop"`` training cleanly or save a
+    ``"checkpoint"`` (:mod:`tracker.integrations.ultralytics_actions`); default None.
     """
     if not isinstance(ultralytics_loggers, bool):
         raise ConfigError(f"ultralytics_loggers is {ultralytics_loggers!r}; expected True or False")
@@ -112,6 +114,9 @@ def track(model: Any, *, project: str | None = None, name: str | None = None, ru
     state = _Tracker(project, name, run_id, loss, dict(loss_params), log_every)
     state.ultralytics_loggers = ultralytics_loggers
     state.assign_stats = bool(assign_stats)
+    from tracker.integrations.ultralytics_actions import check_on_error
+
+    state.on_error = check_on_error(on_error)
     for event in EVENTS:
         model.add_callback(event, getattr(state, event))
 
@@ -203,6 +208,8 @@ class _Tracker:
         self.epoch_ended: int | None = None
         self.ultralytics_loggers = False
         self.assign_stats, self.assign = True, None
+        self.on_error: str | None = None
+        self.action: Any = None  # on_error's ErrorAction of the current training
 
     # -- setup -------------------------------------------------------------------
     def on_pretrain_routine_start(self, trainer: Any) -> None:
@@ -297,6 +304,10 @@ class _Tracker:
                                        "home": str(self.run.home), "batches_per_epoch": self.batches}))
             os.replace(tmp, state_file)
         self.run.set_classes(names)
+        if self.on_error is not None:
+            from tracker.integrations.ultralytics_actions import ErrorAction
+
+            self.action = ErrorAction(self.run, self.on_error)
 
     def _backfill_epochs(self, results: Path, epochs: int) -> None:
         """Log the metrics of checkpointed epochs (1..``epochs``) that ``results`` holds and
@@ -345,6 +356,8 @@ class _Tracker:
         i = self.batch
         self.batch += 1
         step = int(trainer.epoch) * self.batches + i
+        if self.action is not None:  # on_error: act on an error event of an earlier batch
+            self.action.on_batch_end(trainer)
         if self.assign is not None:
             from tracker.integrations.ultralytics_assign import log_batch
 
