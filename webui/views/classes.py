@@ -1,4 +1,5 @@
-"""Per class: heatmap, ranked bars with class weights, shares over time, rare vs frequent.
+"""Per class: heatmap, ranked bars with class weights, shares over time, rare vs frequent, and the
+"rare classes" section (gradient balance, boxes without a positive, AP against frequency; webui/rare_section.py).
 
 Class counts for the rare-versus-frequent view come from the run's config
 (``class_counts``, or the loss's ``counts``) or from a COCO instances or class-count
@@ -13,7 +14,7 @@ import polars as pl
 import streamlit as st
 
 from tracker.errors import TrackerError
-from webui import class_charts, class_queries, queries, state
+from webui import class_charts, class_queries, queries, rare_section, state
 
 st.title("Per class")
 picked = state.run_picker(multi=False, label="Run")
@@ -87,3 +88,4 @@ def draw() -> None:
 
 
 draw()
+rare_section.draw(run_id, str(state.store().home))
