@@ -29,6 +29,8 @@ def build_pages() -> dict[str, list[st.Page]]:
             st.Page(HERE / "views" / "classes.py", title="Per class", icon=":material/grid_on:", url_path="classes"),
             st.Page(HERE / "views" / "events.py", title="Events", icon=":material/flag:", url_path="events"),
             st.Page(HERE / "views" / "system.py", title="System", icon=":material/memory:", url_path="system"),
+            st.Page(HERE / "views" / "embeddings.py", title="Embeddings", icon=":material/scatter_plot:",
+                    url_path="embeddings"),
             st.Page(HERE / "views" / "sql.py", title="SQL", icon=":material/database:", url_path="sql"),
         ],
     }
