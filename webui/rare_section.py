@@ -54,7 +54,8 @@ def rare_view(src: Any, run_id: str, *, with_stagnant: bool = True, home: Any = 
     counts = rc.counts_of(rc.run_config(src, run_id), names)
     member = _membership(counts)
     ratio = rc.grad_ratio(src, run_id).with_columns(pl.col("class_index").cast(pl.Int64))
-    ratio = ratio.join(member, on="class_index", how="inner").filter(pl.col("ratio").is_finite())
+    ratio = ratio.join(member, on="class_index", how="inner").filter(pl.col("ratio").is_finite()
+                                                                     & (pl.col("ratio") > 0))  # a log axis
     groups = (ratio.group_by(["group", "step"]).agg(pl.col("ratio").median()).sort(["group", "step"])
               if ratio.height else pl.DataFrame(schema={"group": pl.Utf8, "step": pl.Int64, "ratio": pl.Float64}))
     rare = [i for i in (rc.frequency_groups(counts)["rare"] if counts is not None else [])
@@ -87,9 +88,10 @@ def ratio_chart(view: RareView) -> alt.HConcatChart:
     left = alt.Chart(view.groups, title="by frequency group (median)").mark_line().encode(
         x=alt.X("step:Q"), y=y, color=_colour(), tooltip=["group", "step", alt.Tooltip("ratio:Q", format=".3g")])
     right = alt.Chart(view.classes, title=f"rarest {SHOWN_CLASSES} classes").mark_line().encode(
-        x=alt.X("step:Q"), y=y, color=alt.Color("class_name:N", title="class", legend=alt.Legend(orient="top")),
+        x=alt.X("step:Q"), y=y, color=alt.Color("class_name:N", title="class", legend=alt.Legend(orient="top", columns=4)),
         tooltip=["class_name", "step", alt.Tooltip("ratio:Q", format=".3g")])
-    return alt.hconcat(left.properties(width=330, height=240), right.properties(width=330, height=240))
+    return alt.hconcat(left.properties(width=330, height=240),
+                       right.properties(width=330, height=240)).resolve_scale(color="independent")
 
 
 def no_pos_chart(view: RareView, top: int = 20) -> alt.Chart:
@@ -97,9 +99,10 @@ def no_pos_chart(view: RareView, top: int = 20) -> alt.Chart:
     rows = view.no_pos.head(top)
     return alt.Chart(rows).mark_bar().encode(
         x=alt.X("share:Q", title="share of GT boxes without a positive", axis=alt.Axis(format="%")),
-        y=alt.Y("class_name:N", sort="-x", title=None), color=_colour(),
+        y=alt.Y("class_name:N", sort="-x", title=None, axis=alt.Axis(labelOverlap=False, labelLimit=160)),
+        color=_colour(),
         tooltip=["class_name", "group", "gt", "gt_no_pos", alt.Tooltip("share:Q", format=".1%")],
-    ).properties(width=560, height=max(120, 16 * rows.height))
+    ).properties(width=560, height=max(120, 18 * rows.height))
 
 
 def ap_chart(view: RareView) -> alt.Chart:
