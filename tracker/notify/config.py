@@ -18,6 +18,7 @@ default rule sends error-severity events only.
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from tracker.errors import ConfigError
 from tracker.events import SEVERITIES
+
+log = logging.getLogger(__name__)
 
 ENV_TARGETS = "TRACKER_NOTIFY"
 ENV_RATE = "TRACKER_NOTIFY_RATE_S"
@@ -172,8 +175,9 @@ def _pyproject_table(start: Path) -> tuple[dict[str, Any], Path | None]:
         if path.is_file():
             try:
                 data = tomllib.loads(path.read_text(encoding="utf-8"))
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                raise ConfigError(f"{path}: cannot read [tool.tracker.notify] ({exc}); fix the TOML") from None
+            except (OSError, tomllib.TOMLDecodeError) as exc:  # someone else's file: never stop a run for it
+                log.warning("tracker: %s is not readable TOML (%s); its [tool.tracker.notify] is ignored", path, exc)
+                return {}, None
             table = data.get("tool", {}).get("tracker", {}).get("notify")
             return (table if isinstance(table, dict) else {}), path
     return {}, None
