@@ -268,3 +268,26 @@ def test_notify_test_reports_each_target(hook: Hook) -> None:
     assert hook.received[0][1]["kind"] == "test"
     res = CliRunner().invoke(cli.cli, ["notify", "test"], env={"TRACKER_NOTIFY": ""})
     assert res.exit_code == 2
+
+
+def test_a_run_on_another_host_is_crashed_by_the_same_heartbeat_rule(home: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracker import spool
+    from tracker.store.spoolmeta import run_row
+
+    monkeypatch.setenv("TRACKER_HEARTBEAT_S", "30")  # dead after 60 s without a heartbeat
+    run = tracker.init("alerts", run_id="remote", notify=["console:"])
+    run.log({"loss": 1.0}, step=0)
+    run.flush()
+    meta = {**spool.read_json(home / "runs/remote/run.json"), "host": "another-host"}  # as a reader elsewhere sees it
+    (seg,) = spool.list_segments(home, "remote")
+    assert run_row(meta, [seg])["status"] == "running"
+    seg.heartbeat -= 59
+    assert run_row(meta, [seg])["status"] == "running"
+    seg.heartbeat -= 2
+    assert run_row(meta, [seg])["status"] == "crashed"
+    monkeypatch.setenv("TRACKER_HEARTBEAT_S", "0")
+    with pytest.raises(ConfigError, match="TRACKER_HEARTBEAT_S='0' is not a positive number of seconds"):
+        tracker.init("alerts", run_id="bad-beat")
+    monkeypatch.setenv("TRACKER_HEARTBEAT_S", "30")
+    run.finish()
