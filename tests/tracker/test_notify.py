@@ -177,15 +177,15 @@ def test_a_run_that_stops_beating_is_crashed_and_notified_once(hook: Hook, home:
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from tracker import cli
 
-    monkeypatch.setenv("TRACKER_HEARTBEAT_S", "0.5")  # stale after 1 s, here and in the child
+    monkeypatch.setenv("TRACKER_HEARTBEAT_S", "1")  # stale after 2 s, here and in the child
     monkeypatch.setenv("HOOK_URL", hook.url)
-    proc = _child(tmp_path, home, "beat", "wait", {"TRACKER_HEARTBEAT_S": "0.5"})
+    proc = _child(tmp_path, home, "beat", "wait", {"TRACKER_HEARTBEAT_S": "1"})
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        time.sleep(1.5)
+        time.sleep(2.5)
         assert tracker.query("SELECT status FROM runs")["status"][0] == "running"  # idle, yet beating
         os.kill(proc.pid, signal.SIGSTOP)  # alive on this host but silent: the heartbeat rule decides
-        time.sleep(1.3)
+        time.sleep(2.6)
         assert tracker.query("SELECT status FROM runs")["status"][0] == "crashed"
         watch = [CliRunner().invoke(cli.cli, ["notify", "watch", "--once"]) for _ in range(2)]
         os.kill(proc.pid, signal.SIGKILL)

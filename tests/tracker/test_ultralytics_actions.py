@@ -62,7 +62,7 @@ def _train(data: SyntheticDataset, tmp_path: Path, on_error: str, epochs: int) -
 
 def test_on_error_stop_ends_the_training_cleanly_with_its_checkpoint(ultralytics_here: Any, data: SyntheticDataset,
                                                                     tmp_path: Path) -> None:
-    epochs = 6
+    epochs = 10  # stopped after the first or second: the margin is for a slow machine
     trainer = _train(data, tmp_path, "stop", epochs)
     events = tracker.query("SELECT kind, step, message FROM events ORDER BY wall_time")
     kinds = events["kind"].to_list()
