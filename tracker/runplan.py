@@ -91,7 +91,8 @@ def plan_segment(home: Path, run_id: str, rank: int, resume: str, resume_step: i
     segment = max(s.segment for s in segs) + 1
     if resume_step is None:
         last = visible_last_step(segs)
-        resume_step = 0 if last is None else last + 1
+        # nothing visible yet: where the run started (0, or a fork's step + 1)
+        resume_step = min(s.start_step for s in segs) if last is None else last + 1
     if isinstance(resume_step, bool) or not isinstance(resume_step, int) or resume_step < 0:
         raise ConfigError(f"resume_step must be a non-negative int, got {resume_step!r}")
     return segment, resume_step, "resume"

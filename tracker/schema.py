@@ -16,6 +16,16 @@ when a later segment of the same run and rank starts at or before its step),
 ``hidden_metrics`` (the superseded rows), ``segment_bounds`` (``hidden_from``: the
 step from which a later segment hides this one's rows; NULL when none does) and
 ``run_summary``.
+
+Forks (``tracker.init(fork_from="RUN@STEP")``, docs/compare-and-fork.md) add two columns
+to ``runs`` (``parent_run_id``, ``fork_step``; migration m004) and, in the local store,
+make ``curves`` and ``class_curves`` show a fork's inherited rows: ``own_curves`` /
+``own_class_curves`` are a run's own visible rows, ``run_lineage`` (run_id, ancestor_id,
+upto, depth) names each ancestor whose visible rows a fork shows up to step ``upto``
+(the fork step, or before the fork's own first segment when that starts earlier), and
+``run_aggregates`` gives per run and key: points, min, max, last value and step, and
+the step of the min and of the max. The lake keeps the views of m003
+(:data:`VIEWS_SQL`; the local store uses :data:`LOCAL_VIEWS_SQL`).
 The view SQL names tables unqualified, so the same text serves the database file
 (for any SQL client) and a query connection's temp views that add the spool's rows.
 """
@@ -96,6 +106,49 @@ VIEWS_SQL = {
 }
 
 
+# a fork's own first step minus one, capped by its fork step: the last step it inherits
+_FORK_UPTO = """least(r.fork_step, coalesce(
+    (SELECT min(s.start_step) FROM segments s WHERE s.run_id = r.run_id) - 1, r.fork_step))"""
+
+LINEAGE_VIEWS_SQL = {
+    "own_curves": VIEWS_SQL["curves"],
+    "own_class_curves": VIEWS_SQL["class_curves"],
+    "run_lineage": f"""
+        WITH RECURSIVE forks AS (
+            SELECT r.run_id, r.parent_run_id, {_FORK_UPTO} AS upto
+            FROM runs r WHERE r.parent_run_id IS NOT NULL AND r.fork_step IS NOT NULL),
+        chain(run_id, ancestor_id, upto, depth) AS (
+            SELECT run_id, parent_run_id, upto, 1 FROM forks
+            UNION ALL
+            SELECT c.run_id, f.parent_run_id, least(c.upto, f.upto), c.depth + 1
+            FROM chain c JOIN forks f ON f.run_id = c.ancestor_id
+            WHERE c.depth < 64)
+        SELECT run_id, ancestor_id, upto, depth FROM chain""",
+    "curves": """
+        SELECT run_id, rank, segment, step, key, value, wall_time FROM own_curves
+        UNION ALL
+        SELECT l.run_id, o.rank, o.segment, o.step, o.key, o.value, o.wall_time
+        FROM run_lineage l JOIN own_curves o ON o.run_id = l.ancestor_id AND o.step <= l.upto""",
+    "class_curves": """
+        SELECT run_id, rank, segment, step, key, class_index, class_name, value, wall_time
+        FROM own_class_curves
+        UNION ALL
+        SELECT l.run_id, o.rank, o.segment, o.step, o.key, o.class_index, o.class_name, o.value, o.wall_time
+        FROM run_lineage l JOIN own_class_curves o ON o.run_id = l.ancestor_id AND o.step <= l.upto""",
+    "run_aggregates": """
+        SELECT run_id, key, count(*) AS n_points, min(value) AS min, max(value) AS max,
+               arg_max(value, step) AS last, max(step) AS last_step,
+               arg_min(step, value) AS min_step, arg_max(step, value) AS max_step
+        FROM curves WHERE NOT isnan(value) GROUP BY run_id, key""",
+}
+LOCAL_VIEWS_SQL = {
+    **{k: v for k, v in VIEWS_SQL.items() if k not in ("curves", "class_curves", "run_summary")},
+    **LINEAGE_VIEWS_SQL,
+    "run_summary": VIEWS_SQL["run_summary"].replace(
+        "r.tags, r.config", "r.tags, r.config, r.parent_run_id, r.fork_step"),
+}
+
+
 @migration
 def m001_initial(con: duckdb.DuckDBPyConnection) -> None:
     for name, cols in TABLES_SQL.items():
@@ -115,6 +168,18 @@ def m003_views_without_a_step_sentinel(con: duckdb.DuckDBPyConnection) -> None:
     """``segment_bounds.hidden_from`` is NULL where no later segment hides anything (it was
     2**63 - 1, which hid a row logged at that very step)."""
     for name, sql in VIEWS_SQL.items():
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+
+
+@migration
+def m004_run_lineage(con: duckdb.DuckDBPyConnection) -> None:
+    """Forks: ``runs.parent_run_id`` and ``runs.fork_step``; ``curves`` and ``class_curves``
+    with inherited rows, ``run_lineage`` and ``run_aggregates`` (see the module doc)."""
+    con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS parent_run_id VARCHAR")
+    con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS fork_step BIGINT")
+    for name in ("run_summary", "curves", "class_curves"):
+        con.execute(f"DROP VIEW IF EXISTS {name}")
+    for name, sql in LOCAL_VIEWS_SQL.items():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
 
 

@@ -67,6 +67,8 @@ STATS = {"commits": 0, "rows": 0, "conflicts": 0, "conflicts_rows": 0, "conflict
 class LakeStore(Store):
     """The store in a DuckLake, plus this host's spool under ``home``."""
 
+    VIEWS = schema.VIEWS_SQL  # no forks in a lake (tracker.fork refuses them): the views of m003
+
     def __init__(self, home: str | os.PathLike[str] | None = None, setting: LakeSetting | None = None):
         super().__init__(home)
         found = setting or current()

@@ -184,6 +184,8 @@ class IngestReport:
 class Store:
     """The store under ``home``: the DuckDB file plus the spool of live runs."""
 
+    VIEWS = schema.LOCAL_VIEWS_SQL  # the views a reader makes over the spool's rows (the lake: schema.VIEWS_SQL)
+
     def __new__(cls, *args: Any, **kwargs: Any) -> "Store":
         """``Store(home)`` is the lake's store when one is selected (see tracker.store.settings)."""
         if cls is Store:
@@ -442,7 +444,7 @@ class Store:
                 listing = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
                 sql += f" UNION ALL SELECT {cols} FROM read_parquet({listing})"
             stmts.append(f"CREATE TEMP {kind} {table} AS {sql}")
-        stmts.extend(f"CREATE TEMP VIEW {name} AS {sql}" for name, sql in schema.VIEWS_SQL.items())
+        stmts.extend(f"CREATE TEMP VIEW {name} AS {sql}" for name, sql in self.VIEWS.items())
         con.execute(";\n".join(stmts))
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pl.DataFrame:

@@ -40,6 +40,8 @@ def stale_after_s() -> float:
     """Seconds without a heartbeat after which a segment not ended is dead: two intervals."""
     return 2 * heartbeat_s()
 
+LINEAGE_COLUMNS = ("parent_run_id", "fork_step")  # runs columns of a fork (local store only)
+
 # the spool's metadata tables (in spool_meta's order) and their primary keys
 META_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runs", ("run_id",)),
@@ -84,7 +86,8 @@ def host_meta(home: Path) -> tuple[pa.Table, pa.Table, pa.Table]:
             if meta and any(s.rank == 0 for s in run_segs):
                 runs.append(run_row(meta, run_segs))
                 classes.extend((meta["run_id"], i, n) for i, n in enumerate(meta.get("classes") or []))
-    return runs_table(runs), segments_table(segs), classes_table(classes)
+    lake_runs = runs_table(runs).drop_columns(list(LINEAGE_COLUMNS))  # the lake has no forks
+    return lake_runs, segments_table(segs), classes_table(classes)
 
 
 def run_row(meta: dict[str, Any], segs: list[SegmentInfo]) -> dict[str, Any]:
@@ -110,6 +113,8 @@ def run_row(meta: dict[str, Any], segs: list[SegmentInfo]) -> dict[str, Any]:
         "packages": json.dumps(meta.get("packages", {})),
         "seed": meta.get("seed") if isinstance(meta.get("seed"), int) else None,
         "world_size": meta.get("world_size"),
+        "parent_run_id": meta.get("parent_run_id"),
+        "fork_step": meta.get("fork_step") if isinstance(meta.get("fork_step"), int) else None,
     }
 
 
@@ -135,6 +140,7 @@ def runs_table(rows: list[dict[str, Any]]) -> pa.Table:
             ("config", pa.string()), ("tags", pa.list_(pa.string())), ("host", pa.string()),
             ("git_commit", pa.string()), ("python", pa.string()), ("packages", pa.string()),
             ("seed", pa.int64()), ("world_size", pa.int32()),
+            ("parent_run_id", pa.string()), ("fork_step", pa.int64()),
         ]
     )
     return pa.Table.from_pylist(rows, schema=schema_)
