@@ -498,6 +498,7 @@ def init(
     store: str | None = None,
     data_path: str | None = None,
     notify: Iterable[Any] | None = None,
+    fork_from: str | None = None,
 ) -> Run:
     """Start (or resume) a run and return it.
 
@@ -510,6 +511,7 @@ def init(
     ``[tool.tracker.notify]``; see docs/alerts.md).
     ``store``/``data_path`` select a DuckLake (``"ducklake:postgres:..."``, as ``TRACKER_STORE``
     and ``TRACKER_DATA_PATH``) for this process.
+    ``fork_from="RUN@STEP"``: a fork sharing RUN's visible rows up to STEP (:mod:`tracker.fork`).
     """
     if not isinstance(project, str) or not project:
         raise ConfigError(f"project must be a non-empty str, got {project!r}")
@@ -532,6 +534,9 @@ def init(
         use_store(store, data_path)
     prepare_run(root, run_id, rank, resume)  # lake only: check credentials, bring its segments here
     segment, start, reason = plan_segment(root, run_id, rank, resume, resume_step)
+    from tracker.fork import plan_fork
+
+    start, cfg, lineage = plan_fork(root, fork_from, run_id, reason, start, cfg)
     if reason == "resume":
         old = read_run_meta(run_dir(root, run_id) / "run.json") or {}
         project = old.get("project", project)
@@ -544,7 +549,7 @@ def init(
         loggers=_resolve_loggers(loggers),
     )
     run.system = system_opts
-    run.meta = environment(seed, cfg)
+    run.meta = {**environment(seed, cfg), **lineage}
     _open_sessions(run)  # before any file is written: a failure here leaves nothing behind
     try:
         run._meta = RunMeta(run)
