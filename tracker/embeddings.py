@@ -26,7 +26,11 @@ Rules:
   Batches are taken in order; evaluations fall where ``every`` says, whatever the
   worker's pace. A worker that falls behind by more than a window drops queued
   samples oldest first (they would leave the window unread), so memory stays
-  within two windows per key. Rows with NaN or inf are left out (counted).
+  within two windows per key. Rows with NaN or inf are left out (counted). The
+  worker holds the window's sums up to date as rows come and go
+  (:mod:`tracker.embedding_window`), and on Linux runs at nice +10, so where cores
+  are short the training thread gets them first. ``wait(run)`` waits for it (tests,
+  benchmarks: a loop that does nothing but log outruns any worker).
 * The keys' settings (``dim``, ``window``, ``gamma``, ``every``) are recorded in
   the run's config under ``tracker_embeddings`` (the web UI and the offline
   analysis read ``dim`` from there).
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import threading
 from collections import deque
@@ -58,6 +63,7 @@ DEFAULT_WINDOW = 25_600
 DEFAULT_GAMMA = 1.0
 CONFIG_KEY = "tracker_embeddings"
 STATISTICS = ("rankme", "std", "dead_dims")
+WORKER_NICE = 10  # the worker thread's niceness on Linux: the training thread comes first
 
 
 def host_copy(z: Any) -> np.ndarray | Any:
@@ -173,6 +179,7 @@ class EmbeddingMonitor:
             return out
 
     def _loop(self) -> None:
+        _lower_priority()
         recorded: set[str] = set()
         while True:
             self._wake.wait()
@@ -248,6 +255,14 @@ class EmbeddingMonitor:
                 self._abandoned = True
                 log.warning("tracker: run %s: the embedding statistics did not finish within %g s; the last "
                             "ones are left out", self.run.run_id, timeout)
+
+
+def _lower_priority() -> None:
+    """Make this thread yield the CPU to the training thread (Linux: per-thread nice +10)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the thread keeps the process's priority
+        pass
 
 
 def collapse_streams(key: str, config: dict[str, Any]) -> dict[str, Any]:
