@@ -19,7 +19,8 @@ def notify_group() -> None:
 
 
 @notify_group.command("test")
-@click.option("--to", "targets", multiple=True, help="A target NAME:ARGUMENT (repeatable); default: the configured ones.")
+@click.option("--to", "targets", multiple=True,
+              help="A target NAME:ARGUMENT (repeatable); default: the configured ones.")
 @friendly
 def test_command(targets: tuple[str, ...]) -> None:
     """Send a sample message through every configured notifier and report each.

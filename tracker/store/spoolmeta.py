@@ -32,7 +32,8 @@ def heartbeat_s() -> float:
     except ValueError:
         value = 0.0
     if not value > 0:
-        raise ConfigError(f"TRACKER_HEARTBEAT_S={raw!r} is not a positive number of seconds; e.g. TRACKER_HEARTBEAT_S=60")
+        raise ConfigError(f"TRACKER_HEARTBEAT_S={raw!r} is not a positive number of seconds; "
+                          "e.g. TRACKER_HEARTBEAT_S=60")
     return value
 
 
