@@ -28,7 +28,8 @@ SECTION_BOTTOM = """() => {
   const heads = Array.from(document.querySelectorAll('h3')).filter(h => h.innerText.trim() === 'Rare classes');
   if (!heads.length) return null;
   const top = heads[0].getBoundingClientRect().top;
-  const els = Array.from(document.querySelectorAll('[data-testid="stMainBlockContainer"] [data-testid="stElementContainer"]'));
+  const els = Array.from(document.querySelectorAll(
+    '[data-testid="stMainBlockContainer"] [data-testid="stElementContainer"]'));
   return {top: top, bottom: Math.max(...els.map(el => el.getBoundingClientRect().bottom))};
 }"""
 

@@ -151,7 +151,8 @@ def _repeat_advice(rc: RareClasses) -> Advice | None:
     parts = {}
     for g, idx in rc.groups.items():
         if idx:
-            parts[g] = {"share_before": round(float(before[idx].sum()), 4), "share_after": round(float(after[idx].sum()), 4),
+            parts[g] = {"share_before": round(float(before[idx].sum()), 4),
+                        "share_after": round(float(after[idx].sum()), 4),
                         "mean_repeat": round(float(r[idx].mean()), 2)}
             ev.append(f"{g}: {100 * before[idx].sum():.1f}% of instances -> {100 * after[idx].sum():.1f}%, "
                       f"repeat x{r[idx].mean():.2f} on average")

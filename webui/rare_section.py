@@ -88,7 +88,8 @@ def ratio_chart(view: RareView) -> alt.HConcatChart:
     left = alt.Chart(view.groups, title="by frequency group (median)").mark_line().encode(
         x=alt.X("step:Q"), y=y, color=_colour(), tooltip=["group", "step", alt.Tooltip("ratio:Q", format=".3g")])
     right = alt.Chart(view.classes, title=f"rarest {SHOWN_CLASSES} classes").mark_line().encode(
-        x=alt.X("step:Q"), y=y, color=alt.Color("class_name:N", title="class", legend=alt.Legend(orient="top", columns=4)),
+        x=alt.X("step:Q"), y=y,
+        color=alt.Color("class_name:N", title="class", legend=alt.Legend(orient="top", columns=4)),
         tooltip=["class_name", "step", alt.Tooltip("ratio:Q", format=".3g")])
     return alt.hconcat(left.properties(width=330, height=240),
                        right.properties(width=330, height=240)).resolve_scale(color="independent")

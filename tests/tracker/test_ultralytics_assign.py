@@ -210,3 +210,69 @@ def test_log_assignments_for_plain_pytorch(tmp_path: Path) -> None:
     assert dict(zip(df["key"].to_list(), df["n"].to_list())) == {k: 3 for k in
                                                                 ("assign/gt", "assign/pos", "assign/gt_no_pos",
                                                                  "grad/pos", "grad/neg")}
+
+
+def test_grad_of_a_substituted_term_and_log_every(trained: Captured) -> None:
+    """A substituted term's gradient comes from autograd of the term; only every log_every-th batch is probed."""
+    import torch
+    from ultralytics.cfg import get_cfg
+    from ultralytics.nn.tasks import DetectionModel
+
+    from tracker.integrations.ultralytics_assign import attach, log_batch
+    from tracker.integrations.ultralytics_loss import install, term_module
+    from tracker.weights import class_weights
+
+    torch.manual_seed(0)
+    model = DetectionModel("yolo11n.yaml", nc=4, verbose=False)
+    model.args = get_cfg()
+    counts = np.array([500.0, 50.0, 5.0, 1.0])
+    install(model, lambda: term_module("class_weighted_bce", {"scheme": "inverse"}, counts, 4)[0])
+    probe = attach(model)
+    seen: dict[str, Any] = {}
+    leaf = model.criterion
+    bce, assign = leaf.bce.forward, leaf.assigner.forward
+
+    def on_bce(logits: Any, targets: Any) -> Any:
+        seen.update(logits=logits.detach().clone(), targets=targets.detach().clone())
+        return bce(logits, targets)
+
+    def on_assign(*args: Any) -> Any:
+        out = assign(*args)
+        seen.update(fg=out[3].clone(), labels=out[0].clone())
+        return out
+
+    leaf.bce.forward, leaf.assigner.forward = on_bce, on_assign
+    batch = {"img": torch.rand(2, 3, 64, 64), "batch_idx": torch.tensor([0.0, 0.0, 1.0]),
+             "cls": torch.tensor([[0.0], [2.0], [3.0]]),
+             "bboxes": torch.tensor([[0.5, 0.5, 0.4, 0.4], [0.25, 0.3, 0.3, 0.2], [0.6, 0.6, 0.5, 0.5]])}
+    model.loss(batch)
+    stats = probe.take()
+    assert stats is not None
+    x = seen["logits"].float().requires_grad_(True)
+    y = seen["targets"].float()
+    w = torch.tensor(class_weights(counts, "inverse"), dtype=torch.float32)
+    loss = (torch.nn.functional.binary_cross_entropy_with_logits(x, y, reduction="none") * w).sum()
+    (grad,) = torch.autograd.grad(loss / y.sum().clamp(min=1) * float(leaf.hyp.cls), x)
+    mask = torch.nn.functional.one_hot(seen["labels"].long(), 4).bool() & seen["fg"].unsqueeze(-1)
+    np.testing.assert_allclose(stats["grad/pos"].numpy(), (grad.abs() * mask).double().sum((0, 1)).numpy(), rtol=1e-4)
+    np.testing.assert_allclose(stats["grad/neg"].numpy(), (grad.abs() * ~mask).double().sum((0, 1)).numpy(),
+                               rtol=1e-4)
+    np.testing.assert_array_equal(stats["assign/gt"].numpy(), [1, 0, 1, 1])
+
+    class Run:
+        logged: list[int] = []
+        classes = ["a", "b", "c", "d"]
+
+        def log_classes(self, key: str, values: Any, step: int) -> None:
+            self.logged.append(step)
+
+        def log(self, values: Any, step: int) -> None:
+            pass
+
+    run, probed = Run(), []
+    for step in range(6):  # log_every=3: batches 0 and 3 are probed and logged
+        model.loss(batch)
+        probed.append(probe.stats is not None)
+        log_batch(probe, run, step, 3)
+    assert probed == [True, False, False, True, False, False]
+    assert sorted(set(run.logged)) == [0, 3]
