@@ -291,3 +291,37 @@ def test_a_run_on_another_host_is_crashed_by_the_same_heartbeat_rule(home: Path,
         tracker.init("alerts", run_id="bad-beat")
     monkeypatch.setenv("TRACKER_HEARTBEAT_S", "30")
     run.finish()
+
+
+def test_on_event_calls_back_off_the_training_thread(caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    seen: list[tuple[str, str, str]] = []
+    stop = threading.Event()
+
+    def broken(ev: Any) -> None:
+        raise RuntimeError("a bug in the callback")
+
+    def act(ev: Any) -> None:
+        seen.append((ev.kind, ev.severity, threading.current_thread().name))
+        if ev.severity == "error":
+            stop.set()
+
+    run = tracker.init("alerts", run_id="loop", notify=[])
+    run.on_event(broken)
+    run.on_event(act)
+    step = 0
+    for step in range(100_000):  # a plain loop that stops itself on the first error
+        run.log({"loss": float("nan") if step == 30 else 1.0}, step=step)
+        if stop.is_set():
+            break
+        time.sleep(0.001)
+    run.finish()
+    assert stop.is_set() and 30 < step < 100_000
+    assert ("non_finite", "error") in [(k, s) for k, s, _ in seen]
+    assert {t for _, _, t in seen} == {"tracker-notify-loop"}  # never the training thread
+    assert "on_event callback 'broken' raised RuntimeError: a bug in the callback" in caplog.text
+    with pytest.raises(ConfigError, match="is not callable"):
+        run.on_event("nope")
+    with pytest.raises(tracker.errors.RunError, match="is finished; call on_event before finish"):
+        run.on_event(act)

@@ -210,6 +210,10 @@ def on_event(run: "Run", callback: Callback) -> None:
         from tracker.errors import ConfigError
 
         raise ConfigError(f"run.on_event: callback {callback!r} is not callable; pass a function of one event")
+    if run._finished:
+        from tracker.errors import RunError
+
+        raise RunError(f"run {run.run_id!r} is finished; call on_event before finish()")
     notifier = run.__dict__.get("_notify")
     if notifier is None:
         from tracker.host import get_host
