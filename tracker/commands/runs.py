@@ -1,4 +1,4 @@
-"""``tracker runs list|show|rm``, ``tracker export`` and ``tracker ingest``."""
+"""``tracker runs list|show|rm|fork|compare|groups``, ``tracker export`` and ``tracker ingest``."""
 
 from __future__ import annotations
 
@@ -56,13 +56,15 @@ def list_runs(home: str | None, project: str | None, status: str | None, fmt: st
     df = store.query(
         "SELECT run_id, project, name, status, strftime(created_at, '%Y-%m-%d %H:%M') AS created, "
         "round(duration_s, 1) AS duration_s, "
-        "last_step, n_points, segments, tags FROM run_summary "
+        "last_step, n_points, segments, "
+        "CASE WHEN parent_run_id IS NOT NULL THEN parent_run_id || '@' || fork_step END AS fork_of, tags "
+        "FROM run_summary "
         "WHERE (? IS NULL OR project = ?) AND (? IS NULL OR status = ?) ORDER BY created_at DESC",
         [project, project, status, status],
     )
     print_frame(
         df, fmt, title=f"runs in {store.home}", keys=("run_id", "name"),
-        drop_order=("tags", "segments", "n_points", "duration_s", "project", "created", "last_step"), shrink=("tags",),
+        drop_order=("fork_of", "tags", "segments", "n_points", "duration_s", "project", "created", "last_step"), shrink=("tags",),
     )
 
 
@@ -173,6 +175,55 @@ def ingest(home: str | None) -> None:
     if report.skipped_locked:
         raise click.ClickException("the store is locked by another process; try again")
     click.echo(f"ingested {report.files} files ({report.rows} rows); {report.corrupt} corrupt files set aside")
+
+
+@runs.command("fork")
+@click.argument("point", metavar="RUN@STEP")
+@home_option
+@click.option("--run-id", default=None, help="The fork's run id (default: a new one).")
+@click.option("--name", default=None, help="The fork's name (default: the parent's name and @STEP).")
+@click.option("--project", default=None, help="The fork's project (default: the parent's).")
+@format_option
+@friendly
+def fork_run(point: str, home: str | None, run_id: str | None, name: str | None, project: str | None, fmt: str) -> None:
+    """Make a run that shares RUN's visible rows up to STEP (nothing copied); continue it with
+    tracker.init(project, run_id=NEW, resume="must"). RUN alone forks at its last step."""
+    from tracker.commands.runsets import fork_command
+
+    fork_command(point, home, run_id, name, project, fmt)
+
+
+@runs.command("compare")
+@click.argument("run_ids", nargs=-1, required=True)
+@home_option
+@click.option("--key", "keys", multiple=True, help="Summary metric keys (default: every key all runs share).")
+@click.option("--all-config", is_flag=True, help="Show every config key, not only those that differ.")
+@click.option("--class-key", default="val/AP50-95", show_default=True,
+              help="Per-class key whose last values are compared, rarest classes first (by assign/gt).")
+@format_option
+@friendly
+def compare_runs(run_ids: tuple[str, ...], home: str | None, keys: tuple[str, ...], all_config: bool,
+                 class_key: str, fmt: str) -> None:
+    """Compare 2-N runs: the config keys that differ (nested keys flattened), each key's
+    last, min and max side by side, and the per-class difference, rare classes first."""
+    from tracker.commands.runsets import compare_command
+
+    compare_command(_store(home), run_ids, keys, all_config, fmt, class_key)
+
+
+@runs.command("groups")
+@click.argument("config_keys", nargs=-1, required=True)
+@home_option
+@click.option("--key", default="loss", show_default=True, help="The metric summarised per group.")
+@click.option("--project", default=None, help="Only runs of this project.")
+@format_option
+@friendly
+def group_runs(config_keys: tuple[str, ...], home: str | None, key: str, project: str | None, fmt: str) -> None:
+    """Runs grouped by config keys (e.g. loss.scheme loss.beta): per group its runs and the
+    mean, std, min and max of the metric's last and best (min) value."""
+    from tracker.commands.runsets import groups_command
+
+    groups_command(_store(home), config_keys, key, project, fmt)
 
 
 def register(cli: click.Group) -> None:

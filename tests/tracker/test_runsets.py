@@ -1,0 +1,113 @@
+"""Many runs side by side: aggregates, groups with bands, compare, x axis by a logged key,
+and their CLI commands, on real runs in a real store."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tracker
+from tracker import runsets
+from tracker.errors import ConfigError, RunError
+from tracker.store.local import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _loss(scheme: str, seed: int, step: int) -> float:
+    return (2.0 if scheme == "ce" else 1.0) / (step + 1) + seed * 0.01
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("runsets")
+    for scheme in ("ce", "focal"):
+        for seed in range(3):
+            run = tracker.init("p", home=root, system=False, run_id=f"{scheme}{seed}",
+                               config={"loss": {"scheme": scheme, "beta": 0.9}, "seed": seed})
+            for step in range(20):
+                run.log({"loss": _loss(scheme, seed, step), "epoch": float(step // 5)}, step=step)
+            run.set_classes(["rare", "common"])
+            run.log_classes("val/AP50-95", [0.1 + seed * 0.1, 0.5 + (scheme == "focal") * 0.1], step=19)
+            run.log_classes("assign/gt", [3.0, 300.0], step=19)
+            run.finish()
+    return root
+
+
+def test_aggregates_match_the_logged_values(home: Path) -> None:
+    agg = runsets.aggregates(Store(home), ["ce1"], ["loss"]).row(0, named=True)
+    values = [_loss("ce", 1, s) for s in range(20)]
+    assert agg["n_points"] == 20 and agg["last"] == pytest.approx(values[-1]) and agg["max"] == pytest.approx(values[0])
+    assert agg["min_step"] == 19 and agg["max_step"] == 0 and agg["last_step"] == 19
+
+
+def test_group_summary_and_bands(home: Path) -> None:
+    store = Store(home)
+    groups = runsets.group_summary(store, ["loss.scheme"], "loss").rows(named=True)
+    assert [g["group"] for g in groups] == ["loss.scheme=focal", "loss.scheme=ce"]
+    lasts = [_loss("ce", s, 19) for s in range(3)]
+    assert groups[1]["n_runs"] == 3 and groups[1]["last_mean"] == pytest.approx(sum(lasts) / 3)
+    assert groups[1]["last_std"] == pytest.approx(0.01) and groups[1]["runs"] == "ce0 ce1 ce2"
+    bands = runsets.group_bands(store, ["ce0", "ce1", "ce2", "focal0"], ["loss.scheme"], "loss", buckets=20)
+    ce = bands.filter(bands["group"] == "loss.scheme=ce (n=3)")
+    assert ce.height == 20 and set(bands["group"]) == {"loss.scheme=ce (n=3)", "loss.scheme=focal (n=1)"}
+    first = ce.row(0, named=True)
+    assert first["mean"] == pytest.approx(sum(_loss("ce", s, 0) for s in range(3)) / 3)
+    assert first["min"] == pytest.approx(_loss("ce", 0, 0)) and first["max"] == pytest.approx(_loss("ce", 2, 0))
+    by_epoch = runsets.group_bands(store, ["ce0", "focal0"], ["loss.scheme", "loss.beta"], "loss", x_key="epoch", buckets=4)
+    assert sorted(set(by_epoch["x"])) == [0.0, 1.0, 2.0, 3.0]
+    epoch0 = by_epoch.filter((by_epoch["x"] == 0.0) & by_epoch["group"].str.starts_with("loss.scheme=ce"))
+    assert epoch0["mean"][0] == pytest.approx(sum(_loss("ce", 0, s) for s in range(5)) / 5)
+    with pytest.raises(ConfigError, match="config key"):
+        runsets.group_summary(store, ["loss'; drop"], "loss")
+
+
+def test_x_axis_sql_labels_every_row_with_the_last_value_at_or_before_it(home: Path) -> None:
+    rows = Store(home).query(runsets.x_axis_sql("epoch") + " WHERE c.run_id = 'ce0' AND c.key = 'loss' ORDER BY c.step")
+    assert rows["x"].to_list() == [float(s // 5) for s in range(20)]
+
+
+def test_compare_shows_only_differences_and_side_by_side_metrics(home: Path) -> None:
+    store = Store(home)
+    diff = runsets.config_diff(store, ["ce0", "focal1"])
+    assert diff.rows() == [("loss.scheme", '"ce"', '"focal"'), ("seed", "0", "1")]
+    assert runsets.config_diff(store, ["ce0", "focal1"], only_differences=False).height == 3
+    side = runsets.summary_side_by_side(store, ["ce0", "focal1"], ["loss"])
+    last = side.filter(side["stat"] == "last").row(0, named=True)
+    assert last["ce0"] == pytest.approx(_loss("ce", 0, 19)) and last["focal1"] == pytest.approx(_loss("focal", 1, 19))
+    with pytest.raises(RunError, match="unknown run"):
+        runsets.config_diff(store, ["ce0", "nobody"])
+    with pytest.raises(ConfigError, match="two different runs"):
+        runsets.config_diff(store, ["ce0", "ce0"])
+
+
+def test_class_diff_puts_rare_classes_first(home: Path) -> None:
+    diff = runsets.class_diff(Store(home), ["ce0", "focal2"])
+    assert diff["class_name"].to_list() == ["rare", "common"]
+    assert diff["Δ focal2"].to_list() == pytest.approx([0.2, 0.1])
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"TRACKER_HOME": str(home), "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "tracker.cli", "runs", *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def test_cli_compare_and_groups(home: Path) -> None:
+    out = _cli(home, "compare", "ce0", "focal2", "--key", "loss", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    made = json.loads(out.stdout)
+    assert [c["key"] for c in made["config"]] == ["loss.scheme", "seed"]
+    assert {m["stat"] for m in made["metrics"]} >= {"last", "min", "max"}
+    assert [c["class_name"] for c in made["classes"]] == ["rare", "common"]
+    table = _cli(home, "compare", "ce0", "focal2")
+    assert table.returncode == 0 and "loss.scheme" in table.stdout and "rarest first" in table.stderr
+    out = _cli(home, "groups", "loss.scheme", "--key", "loss", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    groups = json.loads(out.stdout)
+    assert [g["n_runs"] for g in groups] == [3, 3] and not math.isnan(groups[0]["last_std"])
