@@ -201,7 +201,11 @@ class EmbeddingMonitor:
                     return
 
     def _process(self, state: Window, items: list[tuple[int, Any, int]]) -> None:
+        """Add ``items`` to the window, evaluating where ``every`` falls; the batches between two
+        evaluations go in as one block (fewer, larger numpy calls: less time holding the GIL)."""
         later = sum(rows for _, _, rows in items)
+        block: list[np.ndarray] = []
+        block_rows = 0
         for i, (step, copy, rows) in enumerate(items):
             later -= rows
             if self._abandoned:
@@ -209,18 +213,31 @@ class EmbeddingMonitor:
             if self._closed and later >= state.window:  # finishing: rows the later ones would push out
                 state.skip(rows)
                 continue
-            state.add(_as_matrix(copy))
-            if not state.due() or (self._closed and i < len(items) - 1):
+            block.append(_as_matrix(copy))
+            block_rows += rows
+            last = i == len(items) - 1
+            filled = min(state.window, state.filled + block_rows)
+            if not last and (filled < state.min_samples or state.since + block_rows < state.every):
                 continue
-            stats = state.evaluate()
-            self.evaluations += 1
-            try:
-                self.run.log({f"{state.key}/{name}": value for name, value in stats.items()}, step=step)
-            except RunError:  # the run finished without waiting for this evaluation
-                self._abandoned = True
+            state.add(block[0] if len(block) == 1 else np.concatenate(block))
+            block, block_rows = [], 0
+            if not state.due() or (self._closed and not last):
+                continue
+            if not self._evaluate(state, step):
                 return
-            for event in self._detect(state, step, stats):
-                self.run._add_event(event)
+
+    def _evaluate(self, state: Window, step: int) -> bool:
+        """Evaluate the window and log the statistics at ``step``; False once the run is finished."""
+        stats = state.evaluate()
+        self.evaluations += 1
+        try:
+            self.run.log({f"{state.key}/{name}": value for name, value in stats.items()}, step=step)
+        except RunError:  # the run finished without waiting for this evaluation
+            self._abandoned = True
+            return False
+        for event in self._detect(state, step, stats):
+            self.run._add_event(event)
+        return True
 
     def _record_config(self) -> None:
         meta = getattr(self.run, "_meta", None)
