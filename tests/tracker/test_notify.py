@@ -325,3 +325,22 @@ def test_on_event_calls_back_off_the_training_thread(caplog: pytest.LogCaptureFi
         run.on_event("nope")
     with pytest.raises(tracker.errors.RunError, match="is finished; call on_event before finish"):
         run.on_event(act)
+
+
+def test_notify_watch_reports_crashes_of_runs_without_targets_to_its_own(tmp_path: Path, home: Path) -> None:
+    from tracker import cli
+
+    script = tmp_path / "quiet.py"
+    script.write_text("import os, tracker\nr = tracker.init('p', run_id=os.environ['RID'], notify=[])\n"
+                      "r.log({'loss': 1.0}, step=0); r.flush(); os.kill(os.getpid(), 9)\n")
+    env = {**os.environ, "TRACKER_HOME": str(home)}
+    assert subprocess.run([sys.executable, str(script)], env={**env, "RID": "old"}, timeout=120).returncode == -9
+    (seg,) = (home / "runs/old").glob("seg-r0-s*.json")
+    meta = json.loads(seg.read_text())
+    seg.write_text(json.dumps({**meta, "heartbeat": meta["heartbeat"] - 3600}))  # died an hour ago
+    assert subprocess.run([sys.executable, str(script)], env={**env, "RID": "new"}, timeout=120).returncode == -9
+    out = tmp_path / "watch.jsonl"
+    runs = [CliRunner().invoke(cli.cli, ["notify", "watch", "--once", "--to", f"file:{out}"]) for _ in range(2)]
+    assert [r.exit_code for r in runs] == [0, 0], runs[0].output
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(m["run_id"], m["kind"]) for m in got] == [("new", "run_crashed")]  # once; not the hour-old crash

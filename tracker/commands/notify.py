@@ -64,24 +64,35 @@ def test_command(targets: tuple[str, ...]) -> None:
 @notify_group.command("watch")
 @_home
 @click.option("--once", is_flag=True, help="Check once and exit.")
+@click.option("--to", "targets", multiple=True,
+              help="Where to report crashes of runs without targets of their own (default: TRACKER_NOTIFY, "
+                   "then pyproject.toml).")
 @click.option("--every", type=click.FloatRange(min=0.1), default=None,
               help="Seconds between checks (default: TRACKER_HEARTBEAT_S, 60).")
 @friendly
-def watch_command(home: str | None, once: bool, every: float | None) -> None:
+def watch_command(home: str | None, once: bool, every: float | None, targets: tuple[str, ...]) -> None:
     """Check the store for crashed runs and undelivered alerts, and send them.
 
     A run counts as crashed once its heartbeat is older than two TRACKER_HEARTBEAT_S
     intervals (or its process is gone on this host); each is notified once, by
-    whichever process sees it first. Runs until interrupted unless --once.
+    whichever process sees it first: to the run's own targets, else to this command's
+    (--to, TRACKER_NOTIFY, pyproject.toml), for runs still beating when it started.
+    Runs until interrupted unless --once.
     """
+    from tracker.host import get_host
+    from tracker.notify import config
     from tracker.notify.recovery import recover
     from tracker.spool import home_dir
     from tracker.store.spoolmeta import heartbeat_s
 
     root = home_dir(home)
     interval = every if every is not None else heartbeat_s()
+    own = config.load(list(targets) if targets else None)
+    notifiers = get_host().items("notifiers")
+    config.check_targets(own.targets, notifiers)
+    since = time.time() - 2 * heartbeat_s()
     while True:
-        counts = recover(root)
+        counts = recover(root, notifiers, fallback=own, since=since)
         if any(counts.values()) or once:
             click.echo(f"{time.strftime('%H:%M:%S')}\tcrashed {counts['crashed']}\tsent {counts['sent']}\t"
                        f"failed {counts['failed']}")

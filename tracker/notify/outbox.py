@@ -26,7 +26,7 @@ import random
 import socket
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from tracker import spool
 from tracker.notify.config import NotifyConfig, Target, from_json, mask, parse_target
@@ -196,7 +196,8 @@ def run_config(home: Path, run_id: str) -> NotifyConfig | None:
         return None
 
 
-def runs_with_outbox(home: Path) -> Iterable[str]:
+def runs_with_outbox(home: Path) -> list[str]:
+    """The runs of ``home`` that have notify targets."""
     root = spool.runs_dir(home)
     try:
         entries = list(os.scandir(root))

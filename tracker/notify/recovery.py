@@ -66,11 +66,21 @@ def _wait_at_exit() -> None:
         thread.join(max(deadline - time.monotonic(), 0))
 
 
-def recover(home: Path, notifiers: dict[str, Any] | None = None) -> dict[str, int]:
-    """Send what dead runs left queued, and notify newly crashed runs; counts of what it did."""
+def recover(home: Path, notifiers: dict[str, Any] | None = None,
+            fallback: NotifyConfig | None = None, since: float = 0.0) -> dict[str, int]:
+    """Send what dead runs left queued, and notify newly crashed runs; counts of what it did.
+
+    ``fallback`` (``tracker notify watch``'s own targets): runs without targets of their
+    own are checked too, and their crashes sent there, for segments that were still
+    beating at ``since`` (a watch started today does not report last year's crashes)."""
     home = Path(home)
     counts = {"sent": 0, "failed": 0, "crashed": 0}
     runs = outbox.runs_with_outbox(home)
+    if fallback is not None and fallback.targets:
+        for run_id in sorted(set(_all_runs(home)) - set(runs)):
+            if check_crashed(home, run_id, fallback, since):
+                counts["crashed"] += 1
+                runs.append(run_id)
     if not runs:  # the common case: nothing to load (a store's reader stays light)
         return counts
     if notifiers is None:
@@ -80,7 +90,7 @@ def recover(home: Path, notifiers: dict[str, Any] | None = None) -> dict[str, in
     from tracker.notify.dispatch import LIVE
 
     for run_id in runs:
-        cfg = outbox.run_config(home, run_id)
+        cfg = outbox.run_config(home, run_id) or fallback
         if cfg is None or (home, run_id) in LIVE:
             continue
         outbox.release_stale_claims(home, run_id)
@@ -94,12 +104,19 @@ def recover(home: Path, notifiers: dict[str, Any] | None = None) -> dict[str, in
     return counts
 
 
+def _all_runs(home: Path) -> list[str]:
+    try:
+        return [e.name for e in os.scandir(spool.runs_dir(home)) if e.is_dir() and not e.name.startswith(".")]
+    except FileNotFoundError:
+        return []
+
+
 def _crashed_here(home: Path, run_id: str) -> bool:
     folder = outbox.folder(home, run_id)
     return any(p.name.startswith("crashed-") for p in folder.iterdir()) if folder.is_dir() else False
 
 
-def check_crashed(home: Path, run_id: str, cfg: NotifyConfig) -> int:
+def check_crashed(home: Path, run_id: str, cfg: NotifyConfig, since: float = 0.0) -> int:
     """Queue one ``run_crashed`` message per dead segment of a run still recorded ``running``."""
     from tracker.store.spoolmeta import run_row, stale_after_s
 
@@ -112,9 +129,10 @@ def check_crashed(home: Path, run_id: str, cfg: NotifyConfig) -> int:
         return 0
     found = 0
     for seg in segs:
-        if seg.ended_at is not None:
+        if seg.ended_at is not None or seg.heartbeat < since:
             continue
         marker = outbox.folder(home, run_id) / f"crashed-r{seg.rank}-s{seg.segment}"
+        marker.parent.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
