@@ -194,6 +194,9 @@ class Email:
             if os.environ.get("TRACKER_SMTP_STARTTLS", "1") != "0":
                 context = ssl.create_default_context(cafile=os.environ.get("TRACKER_SMTP_CAFILE") or None)
                 smtp.starttls(context=context)
+            elif host not in ("localhost", "127.0.0.1", "::1"):
+                raise ConfigError(f"TRACKER_SMTP_STARTTLS=0 is only for a relay on this machine, not {host!r}; "
+                                  "unset it to send over STARTTLS")
             user = os.environ.get("TRACKER_SMTP_USER")
             if user:
                 smtp.login(user, os.environ.get("TRACKER_SMTP_PASSWORD", ""))
