@@ -54,8 +54,7 @@ def rare_view(src: Any, run_id: str, *, with_stagnant: bool = True, home: Any = 
     counts = rc.counts_of(rc.run_config(src, run_id), names)
     member = _membership(counts)
     ratio = rc.grad_ratio(src, run_id).with_columns(pl.col("class_index").cast(pl.Int64))
-    ratio = ratio.join(member, on="class_index", how="inner").filter(pl.col("ratio").is_finite()
-                                                                     & (pl.col("ratio") > 0))  # a log axis
+    ratio = ratio.join(member, on="class_index", how="inner").filter(pl.col("ratio").is_finite())
     groups = (ratio.group_by(["group", "step"]).agg(pl.col("ratio").median()).sort(["group", "step"])
               if ratio.height else pl.DataFrame(schema={"group": pl.Utf8, "step": pl.Int64, "ratio": pl.Float64}))
     rare = [i for i in (rc.frequency_groups(counts)["rare"] if counts is not None else [])
@@ -72,8 +71,11 @@ def rare_view(src: Any, run_id: str, *, with_stagnant: bool = True, home: Any = 
     else:
         ap = pl.DataFrame(schema={"class_name": pl.Utf8, "group": pl.Utf8, "epoch": pl.Int64, "ap": pl.Float64,
                                   "count": pl.Float64, "log_count": pl.Float64})
-    step, stuck = rc.stagnant(run_id, home=home) if with_stagnant else (None, [])
-    return RareView(groups, classes, no_pos, ap, [name for _, name, _, _ in stuck], step)
+    view = RareView(groups, classes, no_pos, ap)
+    if with_stagnant and not view.empty:  # the analysis reads train/cls_loss: only for runs with the signals
+        view.stagnant_step, stuck = rc.stagnant(run_id, home=home)
+        view.stagnant = [name for _, name, _, _ in stuck]
+    return view
 
 
 def _colour() -> alt.Color:
@@ -84,7 +86,8 @@ def _colour() -> alt.Color:
 
 def ratio_chart(view: RareView) -> alt.HConcatChart:
     """Cumulative pos/neg gradient ratio over steps: median per group, and the rarest classes."""
-    y = alt.Y("ratio:Q", title="cumulative grad/pos ÷ grad/neg", scale=alt.Scale(type="log"))
+    y = alt.Y("ratio:Q", title="cumulative grad/pos ÷ grad/neg", scale=alt.Scale(type="symlog", constant=1e-3),
+              axis=alt.Axis(values=[0, 0.001, 0.01, 0.1, 1, 10], format="~g", labelOverlap=False))  # 0: no positive yet
     left = alt.Chart(view.groups, title="by frequency group (median)").mark_line().encode(
         x=alt.X("step:Q"), y=y, color=_colour(), tooltip=["group", "step", alt.Tooltip("ratio:Q", format=".3g")])
     right = alt.Chart(view.classes, title=f"rarest {SHOWN_CLASSES} classes").mark_line().encode(
