@@ -66,13 +66,50 @@ STATISTICS = ("rankme", "std", "dead_dims")
 WORKER_NICE = 10  # the worker thread's niceness on Linux: the training thread comes first
 
 
-def host_copy(z: Any) -> np.ndarray | Any:
-    """``z`` copied to host memory: a numpy array, or a detached CPU torch tensor (bfloat16 stays a tensor)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(z, torch.Tensor):
-        t = z.detach()
-        return t.to("cpu", copy=True) if t.device.type != "cpu" else t.clone()
-    return np.array(z, copy=True)
+class HostBuffers:
+    """Recycled host buffers for the copies of ``z``: a call allocates nothing (no page faults) once warm.
+
+    A copy goes into a free buffer of its shape and dtype (a numpy array, or a CPU
+    torch tensor, pinned when ``z`` is on a CUDA device: the fastest device-to-host
+    copy); the worker gives it back once the rows are in the window.
+    """
+
+    LIMIT = 8  # free buffers kept per shape and dtype
+
+    def __init__(self) -> None:
+        self._free: dict[tuple[Any, ...], list[Any]] = {}
+        self._lock = threading.Lock()
+
+    def _take(self, key: tuple[Any, ...]) -> Any:
+        with self._lock:
+            free = self._free.get(key)
+            return free.pop() if free else None
+
+    def copy(self, z: Any) -> tuple[tuple[Any, ...], Any]:
+        """``(pool key, host copy of z)``."""
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(z, torch.Tensor):
+            t = z.detach()
+            key: tuple[Any, ...] = ("torch", tuple(t.shape), t.dtype, t.device.type)
+            buf = self._take(key)
+            if buf is None:
+                buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.device.type == "cuda")
+            buf.copy_(t)
+            return key, buf
+        a = np.asarray(z)
+        key = ("numpy", a.shape, a.dtype.str)
+        buf = self._take(key)
+        if buf is None:
+            buf = np.empty(a.shape, dtype=a.dtype)
+        np.copyto(buf, a)
+        return key, buf
+
+    def give(self, key: tuple[Any, ...], buf: Any) -> None:
+        """Return a buffer whose rows the worker no longer needs."""
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            if len(free) < self.LIMIT:
+                free.append(buf)
 
 
 def _as_matrix(z: Any) -> np.ndarray:
@@ -99,9 +136,10 @@ class EmbeddingMonitor:
     def __init__(self, run: Any) -> None:
         self.run = run
         self.keys: dict[str, Window] = {}
-        self._queues: dict[str, deque[tuple[int, Any, int]]] = {}
+        self._queues: dict[str, deque[tuple[int, Any, int, Any]]] = {}
         self._queued_rows: dict[str, int] = {}
         self._skipped: dict[str, int] = {}
+        self.buffers = HostBuffers()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._done = threading.Condition(self._lock)
@@ -130,17 +168,18 @@ class EmbeddingMonitor:
                 if value is not None and value != getattr(state, name):
                     raise ConfigError(f"run.log_embeddings: {name}={value!r} for {key!r}, whose settings its first "
                                       f"call fixed: {state.settings()}")
-        copy = host_copy(z)
+        pool_key, copy = self.buffers.copy(z)
         rows = math.prod(shape[:-1])
         with self._lock:
             if self._closed:
                 return
             queue = self._queues[key]
-            queue.append((step, copy, rows))
+            queue.append((step, copy, rows, pool_key))
             self._submitted += 1
             self._queued_rows[key] += rows
             while len(queue) > 1 and self._queued_rows[key] - queue[0][2] >= state.window:
-                dropped = queue.popleft()[2]
+                _, old, dropped, old_key = queue.popleft()
+                self.buffers.give(old_key, old)
                 self._handled += 1
                 self._queued_rows[key] -= dropped
                 self._skipped[key] = self._skipped.get(key, 0) + dropped
@@ -165,7 +204,7 @@ class EmbeddingMonitor:
         return state
 
     # -- the worker ---------------------------------------------------------------------
-    def _take(self) -> list[tuple[Window, list[tuple[int, Any, int]]]]:
+    def _take(self) -> list[tuple[Window, list[tuple[int, Any, int, Any]]]]:
         with self._lock:
             out = []
             for key, queue in self._queues.items():
@@ -200,16 +239,18 @@ class EmbeddingMonitor:
                 if self._closed and not any(self._queues.values()):
                     return
 
-    def _process(self, state: Window, items: list[tuple[int, Any, int]]) -> None:
+    def _process(self, state: Window, items: list[tuple[int, Any, int, Any]]) -> None:
         """Add ``items`` to the window, evaluating where ``every`` falls; the batches between two
         evaluations go in as one block (fewer, larger numpy calls: less time holding the GIL)."""
-        later = sum(rows for _, _, rows in items)
+        later = sum(item[2] for item in items)
         block: list[np.ndarray] = []
         block_rows = 0
-        for i, (step, copy, rows) in enumerate(items):
+        held: list[tuple[tuple[Any, ...], Any]] = []
+        for i, (step, copy, rows, pool_key) in enumerate(items):
             later -= rows
             if self._abandoned:
                 return
+            held.append((pool_key, copy))
             if self._closed and later >= state.window:  # finishing: rows the later ones would push out
                 state.skip(rows)
                 continue
@@ -221,6 +262,9 @@ class EmbeddingMonitor:
                 continue
             state.add(block[0] if len(block) == 1 else np.concatenate(block))
             block, block_rows = [], 0
+            for pool_key_, buf in held:  # their rows are in the window now
+                self.buffers.give(pool_key_, buf)
+            held = []
             if not state.due() or (self._closed and not last):
                 continue
             if not self._evaluate(state, step):
