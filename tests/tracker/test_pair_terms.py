@@ -154,3 +154,10 @@ def test_the_ssl_terms_are_listed_with_their_inputs() -> None:
     assert terms["dino"].inputs == "student_teacher" and terms["vicreg"].components == (
         "invariance", "variance", "covariance")
     assert isinstance(terms["nt_xent"].schema()["temperature"], Param)
+
+
+def test_a_pair_term_cannot_stand_in_for_a_detectors_classification_loss() -> None:
+    from tracker.integrations.ultralytics_loss import check_loss
+
+    with pytest.raises(ConfigError, match="'nt_xent' takes views .* needs a logits term such as class_weighted_bce"):
+        check_loss("nt_xent", {})

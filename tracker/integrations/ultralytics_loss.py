@@ -118,6 +118,9 @@ def is_builtin(name: str) -> bool:
 def check_loss(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """Check ``params`` of loss ``name`` against its schema now (``counts`` may still be filled in later)."""
     term = get_term(name)
+    if term.inputs != "logits":
+        raise ConfigError(f"loss {name!r} takes {term.inputs} (a self-supervised pair term), not logits and "
+                          "targets; a detector's classification loss needs a logits term such as class_weighted_bce")
     return term.check_params({**params, "reduction": "none"})
 
 
