@@ -114,3 +114,19 @@ def plan_fork(
 def fork_name(parent: dict[str, Any], step: int) -> str:
     """The default name of a fork: the parent's name (or id) and ``@STEP``."""
     return f"{parent.get('name') or parent['run_id']}@{step}"
+
+
+def refuse_fork_push(con: Any, run_id: str) -> None:
+    """StoreError when run ``run_id`` of the attached local file ``src`` is a fork: the lake
+    has no lineage, so its inherited rows would be lost (``tracker lake push``)."""
+    from tracker.errors import StoreError
+
+    has = con.execute("SELECT count(*) FROM information_schema.columns WHERE table_catalog = 'src' "
+                      "AND table_name = 'runs' AND column_name = 'parent_run_id'").fetchone()[0]
+    row = con.execute("SELECT parent_run_id, fork_step FROM src.main.runs WHERE run_id = ?",
+                      [run_id]).fetchone() if has else None
+    if row is not None and row[0] is not None:
+        raise StoreError(
+            f"run {run_id!r} is a fork of {row[0]}@{row[1]} and the lake has no lineage (its inherited rows "
+            "would be lost); `tracker lake push --from` leaves forks out: keep it in the local store"
+        )

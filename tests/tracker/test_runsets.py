@@ -111,3 +111,14 @@ def test_cli_compare_and_groups(home: Path) -> None:
     assert out.returncode == 0, out.stderr
     groups = json.loads(out.stdout)
     assert [g["n_runs"] for g in groups] == [3, 3] and not math.isnan(groups[0]["last_std"])
+
+
+def test_cli_export_with_a_logged_key_as_x(home: Path) -> None:
+    env = {"TRACKER_HOME": str(home), "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-m", "tracker.cli", "export", "ce1", "--x", "epoch"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = [line.split(",") for line in out.stdout.splitlines()]
+    assert lines[0] == ["step", "key", "value", "wall_time", "rank", "x"]
+    loss = [row for row in lines[1:] if row[1] == "loss"]
+    assert [float(r[-1]) for r in loss] == [float(s // 5) for s in range(20)]

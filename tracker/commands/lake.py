@@ -71,7 +71,8 @@ def push(source: str | None, home: str | None) -> None:
         raise ConfigError(f"--from {source!r}: no store there (no {local.path.name}); pass a TRACKER_HOME folder")
     local.ingest(timeout=5.0)
     store = _lake(home)
-    ids = local.query("SELECT run_id FROM runs ORDER BY created_at")["run_id"].to_list()
+    ids = local.query("SELECT run_id FROM runs WHERE parent_run_id IS NULL ORDER BY created_at")["run_id"].to_list()
+    forks = local.query("SELECT count(*) AS n FROM runs WHERE parent_run_id IS NOT NULL")["n"][0]
     copied = skipped = 0
     with click.progressbar(ids, label="pushing runs", show_pos=True) as bar:
         for run_id in bar:
@@ -79,7 +80,8 @@ def push(source: str | None, home: str | None) -> None:
                 copied += 1
             else:
                 skipped += 1
-    click.echo(f"pushed {copied} runs into {store.setting.masked()}; {skipped} already there")
+    click.echo(f"pushed {copied} runs into {store.setting.masked()}; {skipped} already there"
+               + (f"; {forks} fork(s) left out (the lake has no lineage)" if forks else ""))
 
 
 @lake.command("follow")

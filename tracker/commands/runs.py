@@ -53,11 +53,12 @@ def runs() -> None:
 def list_runs(home: str | None, project: str | None, status: str | None, fmt: str) -> None:
     """One line per run, newest first."""
     store = _store(home)
+    fork_of = ("CAST(NULL AS VARCHAR)" if getattr(store, "setting", None) is not None  # the lake: no forks
+               else "CASE WHEN parent_run_id IS NOT NULL THEN parent_run_id || '@' || fork_step END")
     df = store.query(
         "SELECT run_id, project, name, status, strftime(created_at, '%Y-%m-%d %H:%M') AS created, "
         "round(duration_s, 1) AS duration_s, "
-        "last_step, n_points, segments, "
-        "CASE WHEN parent_run_id IS NOT NULL THEN parent_run_id || '@' || fork_step END AS fork_of, tags "
+        f"last_step, n_points, segments, {fork_of} AS fork_of, tags "
         "FROM run_summary "
         "WHERE (? IS NULL OR project = ?) AND (? IS NULL OR status = ?) ORDER BY created_at DESC",
         [project, project, status, status],
@@ -146,13 +147,22 @@ def rm_runs(run_ids: tuple[str, ...], home: str | None, yes: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="File to write (default: stdout for csv, <run>.parquet).")
 @click.option("--all-rows", is_flag=True, help="Include rows hidden by a resume.")
+@click.option("--x", "x_key", default=None, help="Add column x: this logged key's last value at or before each row's step (e.g. epoch).")
 @friendly
-def export(run_id: str, home: str | None, fmt: str, output: str | None, all_rows: bool) -> None:
+def export(run_id: str, home: str | None, fmt: str, output: str | None, all_rows: bool, x_key: str | None) -> None:
     """Export a run's scalar rows (visible ones unless --all-rows)."""
     store = _store(home)
     _check_run(store, run_id)
-    source = "metrics" if all_rows else "curves"
-    df = store.query(f"SELECT step, key, value, wall_time, rank, segment FROM {source} WHERE run_id = ? ORDER BY key, step, rank", [run_id])
+    if x_key is not None and all_rows:
+        raise click.UsageError("--x reads the visible rows; leave out --all-rows")
+    if x_key is not None:
+        from tracker.runsets import x_axis_sql
+
+        df = store.query(f"SELECT c.step, c.key, c.value, c.wall_time, c.rank, x FROM ({x_axis_sql(x_key)}) c "
+                         "WHERE c.run_id = ? ORDER BY c.key, c.step, c.rank", [run_id])
+    else:
+        source = "metrics" if all_rows else "curves"
+        df = store.query(f"SELECT step, key, value, wall_time, rank, segment FROM {source} WHERE run_id = ? ORDER BY key, step, rank", [run_id])
     if fmt == "parquet":
         path = Path(output or f"{run_id}.parquet").resolve()
         df.write_parquet(path)

@@ -49,6 +49,7 @@ from tracker.store.lakespool import Backlog, backlog
 from tracker.store.local import IngestReport, Store
 from tracker.store.settings import LakeSetting, current
 from tracker.store.spoolmeta import host_meta
+from tracker.fork import refuse_fork_push
 from tracker.store.sqltext import inline_params, lock_down, sql_text
 
 log = logging.getLogger(__name__)
@@ -387,10 +388,13 @@ class LakeStore(Store):
             def work(c: duckdb.DuckDBPyConnection) -> bool:
                 if c.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
                     return False
+                refuse_fork_push(c, run_id)
                 for table in ("runs", "segments", "classes", "metrics", "class_metrics", "events", "ingested_files"):
-                    cols = ", ".join(r[0] for r in c.execute(
+                    cols = ", ".join(r[0] for r in c.execute(  # those of the lake's table too (no lineage there)
                         "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'src' "
-                        "AND table_name = ? ORDER BY ordinal_position", [table]).fetchall())
+                        "AND table_name = ? AND column_name IN (SELECT column_name FROM information_schema.columns "
+                        f"WHERE table_catalog = '{ALIAS}' AND table_name = ?) ORDER BY ordinal_position",
+                        [table, table]).fetchall())
                     c.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM src.main.{table} WHERE run_id = ?",
                               [run_id])
                 return True
