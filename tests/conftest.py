@@ -22,7 +22,7 @@ NET_RECORD.touch()
 os.environ["TRACKER_TEST_NETAUDIT"] = str(NET_RECORD)
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(Path(__file__).resolve().parent / "netaudit"), os.environ.get("PYTHONPATH")) if p)
-netaudit.install(NET_RECORD)
+netaudit.install(NET_RECORD, where=True)
 
 DATA = Path(__file__).resolve().parent / "data"
 

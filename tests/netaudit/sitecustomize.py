@@ -19,4 +19,4 @@ if _record:
     if _spec is not None and _spec.loader is not None:
         _module = importlib.util.module_from_spec(_spec)
         _spec.loader.exec_module(_module)
-        _module.install(_record)
+        _module.install(_record, where=True)

@@ -46,8 +46,19 @@ def _local(host: Any) -> bool:
     return host in LOCAL_NAMES or (isinstance(host, str) and host.startswith("127."))
 
 
-def install(record: str | os.PathLike[str]) -> None:
-    """Record (and refuse) every non-local name lookup and connection of this process in ``record``."""
+def _caller() -> str:
+    """`` from FILE:LINE in FUNCTION`` for the innermost frames outside the standard library."""
+    import sysconfig
+    import traceback
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    frames = [f for f in traceback.extract_stack()[:-2] if not f.filename.startswith(stdlib)]
+    return "".join(f" from {f.filename}:{f.lineno} in {f.name}" for f in frames[-3:][::-1])
+
+
+def install(record: str | os.PathLike[str], where: bool = False) -> None:
+    """Record (and refuse) every non-local name lookup and connection of this process in ``record``
+    (with ``where``, followed by the innermost calls outside the standard library that made it)."""
     path = str(record)
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
@@ -64,7 +75,7 @@ def install(record: str | os.PathLike[str]) -> None:
         if _local(target):
             return
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(f"{event} {target!r}\n")
+            fh.write(f"{event} {target!r}{_caller() if where else ''}\n")
         raise OSError(f"network use refused by the audit hook: {event} {target!r}")
 
     sys.addaudithook(hook)
