@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 import types
 from pathlib import Path
@@ -97,8 +98,13 @@ def _ultralytics_folder(folder: Path, epochs: list[int]) -> None:
 
 
 def test_ultralytics_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "yolo"))
-    monkeypatch.setenv("YOLO_OFFLINE", "1")
+    from tracker.integrations.ultralytics_env import apply_env, offline_config
+
+    env = offline_config(tmp_path / "yolo")  # with the font: later trainings in this process check it
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    if "ultralytics" not in sys.modules:
+        apply_env(env)
     runs = tmp_path / "runs" / "detect"
     _ultralytics_folder(runs / "train", [0, 1, 2])
     _ultralytics_folder(runs / "train2", [0, 1, 2, 2, 3])  # killed while saving epoch 3: written twice
