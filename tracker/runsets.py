@@ -140,7 +140,9 @@ def summary_side_by_side(store: Store, run_ids: Sequence[str], keys: Sequence[st
             .sort("key", "_o").select("key", "stat", *run_ids))
 
 
-def _group_sql(config_keys: Sequence[str]) -> str:
+def _group_sql(config_keys: Sequence[str], per_run: bool = False) -> str:
+    if not config_keys and per_run:  # no grouping: one "group" per run, named like the run
+        return "coalesce(r.name, r.run_id)"
     if not config_keys:
         raise ConfigError("group by at least one config key, e.g. loss.scheme")
     parts = [f"'{k}=' || coalesce({config_value_sql(k)}, '∅')" for k in config_keys]
@@ -175,7 +177,8 @@ def group_bands(store: Store, run_ids: Sequence[str], config_keys: Sequence[str]
     Runs are aligned by step, or by ``x_key`` (any logged key, e.g. ``epoch``; see
     :func:`x_axis_sql`). Each run's rows are first averaged within a bucket of the x
     range, then the group's statistics are taken over its runs. ``group`` names the
-    config values and how many runs the group holds.
+    config values and how many runs the group holds; with no ``config_keys`` each run
+    is its own group (its name).
     """
     if not run_ids:
         raise ConfigError("pick at least one run to group")
@@ -195,7 +198,7 @@ def group_bands(store: Store, run_ids: Sequence[str], config_keys: Sequence[str]
                    avg(p.x) AS x, avg(p.value) AS value
             FROM pts p, bounds b GROUP BY ALL),
         grouped AS (
-            SELECT {_group_sql(config_keys)} AS label, p.* FROM per_run p JOIN runs r ON r.run_id = p.run_id)
+            SELECT {_group_sql(config_keys, per_run=True)} AS label, p.* FROM per_run p JOIN runs r ON r.run_id = p.run_id)
         SELECT g.label || ' (n=' || CAST(n.n AS VARCHAR) || ')' AS "group", g.bucket, avg(g.x) AS x,
                avg(g.value) AS mean, coalesce(stddev_samp(g.value), 0) AS std,
                min(g.value) AS min, max(g.value) AS max, count(*) AS n_runs

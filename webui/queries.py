@@ -113,7 +113,8 @@ def runs_table(
     sort: str = "created_at",
     descending: bool = True,
 ) -> pl.DataFrame:
-    """The runs with their summary, loss key, best and last loss, filtered and sorted.
+    """The runs with their summary, loss key, best loss and its step, last loss and the
+    fork they come from (``PARENT@STEP``), filtered and sorted.
 
     Filters combine with AND; within one filter any listed value matches. ``text``
     matches run id, name or config text, case-insensitively. The loss key of a run is
@@ -141,13 +142,18 @@ def runs_table(
         loss AS (
             SELECT c.run_id, p.key AS loss_key,
                    min(c.value) FILTER (WHERE isfinite(c.value)) AS best_loss,
-                   arg_max(c.value, c.step) AS last_loss
+                   arg_max(c.value, c.step) AS last_loss,
+                   arg_min(c.step, c.value) FILTER (WHERE isfinite(c.value)) AS best_step
             FROM curves c JOIN pick p ON c.run_id = p.run_id AND c.key = p.key
-            WHERE c.rank = 0 GROUP BY c.run_id, p.key)
+            WHERE c.rank = 0 GROUP BY c.run_id, p.key),
+        forks AS (  -- lineage read by name: a lake's runs have no such columns (no forks there)
+            SELECT run_id, json_extract_string(j, '$.parent_run_id') || '@' || json_extract_string(j, '$.fork_step')
+                   AS fork_of
+            FROM (SELECT r.run_id, to_json(r) AS j FROM runs r) WHERE json_extract_string(j, '$.parent_run_id') IS NOT NULL)
         SELECT s.run_id, s.project, s.name, s.status, s.created_at, s.updated_at, s.duration_s,
-               s.last_step, s.n_points, s.segments, l.loss_key, l.best_loss, l.last_loss,
+               s.last_step, s.n_points, s.segments, l.loss_key, l.best_loss, l.best_step, l.last_loss, f.fork_of,
                s.tags, CAST(s.config AS VARCHAR) AS config
-        FROM run_summary s LEFT JOIN loss l ON l.run_id = s.run_id
+        FROM run_summary s LEFT JOIN loss l ON l.run_id = s.run_id LEFT JOIN forks f ON f.run_id = s.run_id
         WHERE {' AND '.join(where)}
         ORDER BY {sort} {'DESC' if descending else 'ASC'} NULLS LAST, run_id"""
     return fetch(src, sql, params + wparams)

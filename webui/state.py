@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import streamlit as st
 
 from tracker.store import Store
-from webui import class_queries, queries
+from webui import class_queries, grouped, queries
 
 RUNS = "tracker.runs"
 LIVE_TTL_S = 2
@@ -39,6 +39,9 @@ _LOADERS: dict[str, Callable[..., Any]] = {
     "schema_info": queries.schema_info,
     "class_keys": class_queries.class_keys,
     "class_view": class_queries.class_view,
+    "group_bands": grouped.group_bands,
+    "group_config_keys": grouped.config_keys,
+    "lineage": grouped.lineage,
 }
 
 

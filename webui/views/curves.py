@@ -12,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from webui import charts, queries, state
+from webui import charts, grouped, queries, state
 
 ZOOM = "tracker.zoom"
 
@@ -40,6 +40,22 @@ show_hidden = c5.toggle("Show rows superseded by a resume", value=False)
 buckets = c6.select_slider("Points per series", [250, 500, 1000, 2000], value=queries.DEFAULT_BUCKETS)
 st.session_state["tracker.key"] = key
 st.query_params.update({"key": key, "x": x_axis, "log": "1" if log_y else "0", "smooth": f"{weight:.2f}"})
+g1, g2, g3 = st.columns([3, 2, 2])  # grouped bands and any logged key as x (webui/grouped.py)
+group_options = state.load("group_config_keys", run_ids)
+group_keys = g1.multiselect("Group by config", group_options,
+                            default=[k for k in st.query_params.get_all("group") if k in group_options])
+x_options = ["step", *[k for k in keys if k != key]]
+x_key = g2.selectbox("Align by (x)", x_options, index=x_options.index(state.query_param("xkey", "step"))
+                     if state.query_param("xkey", "step") in x_options else 0)
+band = grouped.BANDS[g3.radio("Band", list(grouped.BANDS), horizontal=True,
+                              index=1 if state.query_param("band") == "std" else 0)]
+if group_keys or x_key != "step":
+    st.query_params.update({"group": group_keys, "xkey": x_key, "band": band})
+    grouped.show(run_ids, key, group_keys, None if x_key == "step" else x_key, band, buckets, log_y)
+    st.stop()
+forks = state.load("lineage", run_ids)
+if forks:
+    st.caption("Forks: " + " · ".join(f"`{r}` from `{p}` at step {s}" for r, (p, s) in forks.items()))
 
 if key != context.key:
     context = state.load("curve_context", run_ids, key, live=True)

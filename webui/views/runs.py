@@ -48,6 +48,8 @@ def table() -> None:
             "duration_s": st.column_config.NumberColumn("duration (s)"),
             "best_loss": st.column_config.NumberColumn("best loss", format="%.5g"),
             "last_loss": st.column_config.NumberColumn("last loss", format="%.5g"),
+            "best_step": st.column_config.NumberColumn("best step"),
+            "fork_of": st.column_config.TextColumn("fork of", help="PARENT@STEP: shares the parent's rows up to STEP"),
         },
     )
     rows = list(event.selection.rows) if event is not None else []
