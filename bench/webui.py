@@ -1,6 +1,8 @@
 """Web UI benchmark: curves and per-class views of a run with 10 keys x 1,000,000 steps.
 
 Run: ``python bench/webui.py`` (options: ``--steps``, ``--rebuild``, ``--repeat``).
+``python bench/webui.py many-runs`` times the pages at many runs instead (10,000 runs,
+50 x 100k points overlaid, group bands over 200 runs: see bench/webui_runs.py).
 
 The store is built once and kept in ``bench/out/webui-<steps>/``: one run of 10
 scalar keys logged at every step and an 80-class key logged every 10 steps,
@@ -191,6 +193,14 @@ def app_level(home: Path) -> dict[str, tuple[float, float]]:
 
 def main() -> None:
     """Build the store if needed, time the views, print figures and ratios to target."""
+    if sys.argv[1:2] == ["many-runs"]:  # the many-runs figures: bench/webui_runs.py
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("webui_runs", ROOT / "bench" / "webui_runs.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        module.main()
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
