@@ -291,7 +291,8 @@ TERMS: tuple[LossTerm, ...] = (
     LossTerm(
         name="dino", reference=dino_reference, inputs="student_teacher", components=("teacher_entropy", "kl"),
         params=(
-            Param("student_temperature", "float", 0.1, minimum=_POSITIVE, maximum=100.0, doc="student softmax temperature"),
+            Param("student_temperature", "float", 0.1, minimum=_POSITIVE, maximum=100.0,
+                  doc="student softmax temperature"),
             Param("teacher_temperature", "float", 0.04, minimum=_POSITIVE, maximum=100.0, doc="teacher temperature"),
             Param("center", "vector", doc="(K,) centre subtracted from the teacher logits (default zeros)"),
         ),

@@ -124,7 +124,8 @@ def _option(value: Any, default: Any, name: str, minimum: float, kind: type) -> 
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and int(value) != value):
-        raise ConfigError(f"run.log_embeddings: {name} is {value!r}; expected {'an int' if kind is int else 'a number'}")
+        expected = "an int" if kind is int else "a number"
+        raise ConfigError(f"run.log_embeddings: {name} is {value!r}; expected {expected}")
     if not value >= minimum:
         raise ConfigError(f"run.log_embeddings: {name} is {value!r}; expected a value >= {minimum}")
     return kind(value)

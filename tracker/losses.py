@@ -27,6 +27,10 @@ float32 first. ``grad`` must be a writeable C-contiguous float32/float64 numpy
 array (or CPU torch tensor, written through its shared memory) of the logits'
 shape.
 
+Pair terms (``LossTerm.inputs`` ``views`` or ``student_teacher``: two embedding
+views, or student and teacher logits, with a gradient pair) follow the rules of
+:mod:`tracker.pairterms` instead of the two above.
+
 ``backend="auto"`` tries the registered kernels of the term in the order of
 :data:`BACKEND_PREFERENCE` (then any other backend, by name), taking the first
 whose ``available()`` returns None; the float64 reference serves a term that has

@@ -153,7 +153,8 @@ def test_collapse_streams_judge_only_fed_statistics() -> None:
     assert _stream("proj/std", fed=False).feed(falling) == []  # the run's own loss analysis: inert
     assert _stream("loss/std").feed(falling) == []  # not a declared embedding key
     assert _stream("proj/loss").feed(falling) == []
-    rank = _stream("proj/rankme", dim=64).feed(Chunk(np.arange(20, dtype=np.int64), np.r_[np.full(10, 14.0), np.ones(10)]))
+    falling_rank = Chunk(np.arange(20, dtype=np.int64), np.r_[np.full(10, 14.0), np.ones(10)])  # below 0.05 x 64
+    rank = _stream("proj/rankme", dim=64).feed(falling_rank)
     assert [e.data["statistic"] for e in rank] == ["rankme"] and "dimensional collapse" in rank[0].message
     dead = _stream("proj/dead_dims").feed(Chunk(np.arange(20, dtype=np.int64), np.r_[np.zeros(10), np.ones(10)]))
     assert [e.step for e in dead] == [12]

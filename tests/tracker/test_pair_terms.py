@@ -54,6 +54,14 @@ def test_a_wrong_gradient_and_a_leaking_stop_gradient_are_caught() -> None:
     failures = _failures(COSINE, leaks)
     assert "stop-gradient: untouched" in failures["gradient"]
 
+    def leaks_one_row(a: Any, b: Any, grad: Any, **kw: Any) -> Any:
+        result = negative_cosine_reference(a, b, grad, **kw)
+        if grad is not None and grad[1] is not None and kw["stop_gradient"] == "target" and len(b) > 2:
+            grad[1][2, 1] += 1e-3  # one element of the constant's gradient written
+        return result
+
+    assert "grad_b (stop-gradient: untouched)[2, 1]" in _failures(COSINE, leaks_one_row)["gradient"]
+
 
 def test_components_that_do_not_add_up_and_a_loss_on_empty_input_are_caught() -> None:
     def halves(a: Any, b: Any, grad: Any, **kw: Any) -> Any:
