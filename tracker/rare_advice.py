@@ -224,3 +224,24 @@ def advise(rc: RareClasses, stagnant: list[str] | None = None) -> list[Advice]:
     found = [_weights_advice(rc, cum_pos, stagnant or []), _pos_weight_advice(rc), _repeat_advice(rc),
              _assign_advice(rc)]
     return [a for a in found if a is not None]
+
+
+def notes(rc: RareClasses, advice: list[Advice]) -> list[str]:
+    """What was checked and needs no change (the kinds of advice that did not fire), with the numbers."""
+    kinds = {a.kind for a in advice}
+    out: list[str] = []
+    if "weights" not in kinds and rc.counts is not None and rc.cum_pos is not None:
+        fit = fit_power(rc.counts, rc.cum_pos)
+        if fit is not None:
+            out.append(f"class weights: positive-gradient mass grows as count^{fit[0]:.2f} (R²={fit[1]:.2f}, "
+                       f"{_steps(rc.ratio_steps)}): the classes get alike positive gradients already")
+    if "pos_weight" not in kinds and rc.ratio_steps is not None:
+        out.append("positive weights: no class's cumulative pos/neg ratio is below half the frequent group's median")
+    if "repeat" not in kinds and rc.config.get("rfs_threshold") is not None:
+        out.append(f"repeat-factor sampling: this run samples with threshold {rc.config['rfs_threshold']}, at least "
+                   "the rarest frequent class' image frequency")
+    if "assignment" not in kinds and rc.assign_steps is not None:
+        share = float(rc.no_pos.sum()) / max(float(rc.gt.sum()), 1.0)
+        out.append(f"assignment: no class loses more than {100 * NO_POS_SHARE:.0f}% of its boxes to no positive "
+                   f"({100 * share:.1f}% of all, {_steps(rc.assign_steps)})")
+    return out

@@ -17,7 +17,7 @@ NO_SIGNALS = 3  # exit status: the run logged none of the signals advice is made
 def build(run_id: str, home: str | None) -> dict[str, Any]:
     """The advice for ``run_id`` as a JSON-ready dict (run, advice, restart, signals)."""
     from tracker.analysis.offline import find_run
-    from tracker.rare_advice import advise, restart_line
+    from tracker.rare_advice import advise, notes, restart_line
     from tracker.rare_classes import collect, stagnant
     from tracker.store import open_store
 
@@ -33,6 +33,7 @@ def build(run_id: str, home: str | None) -> dict[str, Any]:
         "run_id": run["run_id"], "name": run.get("name"), "signals": signals, "measured": measured,
         "stagnant": {"step": step, "classes": [name for _, name, _, _ in stuck]},
         "advice": [a.as_dict() for a in advice],
+        "checked": notes(rc, advice) if measured else [],
         "restart": restart_line(advice, rc) if advice else None,
     }
 
@@ -46,12 +47,18 @@ def render(out: dict[str, Any]) -> None:
              "or log them with run.log_assignments()")
         return
     if not out["advice"]:
-        echo("no change advised: the classes' gradients, assignment and counts look balanced")
+        echo("no change advised:")
+        for line in out["checked"]:
+            echo(f"  - {line}")
         return
     for i, a in enumerate(out["advice"], 1):
         echo(f"{i}. [{a['kind']}] {a['change']}")
         for line in a["evidence"]:
             echo(f"     - {line}")
+    if out["checked"]:
+        echo("no change needed:")
+        for line in out["checked"]:
+            echo(f"  - {line}")
     echo("restart with:")
     for line in out["restart"].splitlines():
         echo(f"  {line}")
