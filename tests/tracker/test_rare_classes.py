@@ -108,6 +108,8 @@ def test_tracker_advise_json_and_exit_status(home: Path) -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["run_id"] == run_id and out["advice"]
+    kinds = {a["kind"] for a in out["advice"]}
+    assert ("pos_weight" in kinds) != any(c.startswith("positive weights") for c in out["checked"])
     assert "track(model, loss=\"class_weighted_bce\", scheme='power'" in out["restart"]
     text = runner.invoke(build_cli(), ["advise", run_id])
     assert text.exit_code == 0 and "restart with:" in text.output and "drier" in text.output
