@@ -149,10 +149,10 @@ def _worst(what: str, got: Any, expected: Any, rtol: float, atol: float, scale: 
         return
     ref = np.abs(exp_a) if scale is None else np.abs(np.asarray(scale, dtype=np.float64))
     tol = atol * max(float(ref.max()), 1e-30) + rtol * np.abs(exp_a)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):
         err = np.abs(got_a - exp_a)
         err = np.where(np.isfinite(got_a), err, np.inf)
-        ratio = err / tol
+        ratio = np.where(err == 0.0, 0.0, err / tol)  # 0/0 would be NaN, which argmax picks over a failure
     idx = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
     if ratio[idx] > 1.0:
         where = f"{what}[{', '.join(map(str, idx))}]" if got_a.ndim else what
