@@ -23,7 +23,7 @@ set on; every other seed's runs, and the YOLO runs, are held out. Then it scores
 held-out runs, then on the tuning runs. A run already in ``labels.jsonl`` is not
 trained again (``--fresh`` starts over).
 
-Run: ``python -m bench.faults`` (about 30 minutes on two cores), ``--only digits``,
+Run: ``python -m bench.faults`` (about an hour on two busy cores), ``--only digits``,
 ``--seeds 0,1``, ``--score-only``.
 """
 
@@ -46,7 +46,9 @@ from bench.faults_score import OUT, load_records, report
 SEEDS = (0, 1, 2, 3, 4)
 TUNE = (0, 1)
 YOLO_SEED = 2
-LONG, LONG_ONSET = 250, 80  # epochs of the system-fault runs and the fault's epoch (~45 s, ~15 s at 2 cores)
+# epochs of the system-fault runs and the fault's first epoch: 250 epochs are 16-44 s at 1.5-4 ms a step, past
+# the step-time detector's warm-up and first window (61 samples at 0.2 s)
+LONG, LONG_ONSET, SLOW_RUN = 500, 250, 290
 
 
 def digits_specs(seed: int, interval: float) -> list[DigitsSpec]:
@@ -66,15 +68,15 @@ def digits_specs(seed: int, interval: float) -> list[DigitsSpec]:
         DigitsSpec("healthy", epochs=LONG, name=f"digits-healthy_long-s{seed}", **common),
         DigitsSpec("leak_fast", epochs=LONG, onset_epoch=LONG_ONSET, **common),
         DigitsSpec("leak_slow", epochs=LONG, onset_epoch=LONG_ONSET, **common),
-        DigitsSpec("stall", epochs=160, onset_epoch=LONG_ONSET, **common),
-        DigitsSpec("slowdown", epochs=160, onset_epoch=LONG_ONSET, **common),
+        DigitsSpec("stall", epochs=SLOW_RUN, onset_epoch=LONG_ONSET, **common),
+        DigitsSpec("slowdown", epochs=SLOW_RUN, onset_epoch=LONG_ONSET, **common),
     ]
 
 
 def default_interval_specs(seed: int) -> list[DigitsSpec]:
-    """A fast leak and its twin sampled at the sampler's default 2 s (each about 100 s)."""
-    common = {"seed": seed, "interval": 2.0, "epochs": 550}
-    return [DigitsSpec("leak_fast", onset_epoch=120, name=f"digits-leak_fast_2s-s{seed}", **common),
+    """A fast leak and its twin sampled at the sampler's default 2 s (each 1-2.5 minutes)."""
+    common = {"seed": seed, "interval": 2.0, "epochs": 900}
+    return [DigitsSpec("leak_fast", onset_epoch=400, name=f"digits-leak_fast_2s-s{seed}", **common),
             DigitsSpec("healthy", name=f"digits-healthy_2s-s{seed}", **common)]
 
 

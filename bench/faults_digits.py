@@ -234,90 +234,119 @@ def _per_class(logits: Any, yb: Any) -> np.ndarray:
     return np.bincount(yb.numpy(), weights=ce, minlength=10)[:10] / yb.shape[0]
 
 
-def train(spec: DigitsSpec, home: Any = None) -> dict[str, Any]:
-    """Train ``spec`` in this process; returns the record (run id, name, labels, what was measured)."""
-    import torch
+class _Training:
+    """One run's model, optimiser, data and tracker run, stepped epoch by epoch."""
 
-    import tracker
-    from bench.faults_labels import digits_labels
+    def __init__(self, spec: DigitsSpec, home: Any) -> None:
+        import torch
 
-    if spec.fault not in FAULTS:
-        raise ValueError(f"unknown fault {spec.fault!r}; one of {', '.join(FAULTS)}")
-    torch.set_num_threads(1)
-    torch.manual_seed(spec.seed)
-    xt, xv, yt, yv = _split(spec.seed)
-    xt, yt = _subset(spec, xt, yt)
-    dataset = _Images(xt, yt)
-    gen = torch.Generator().manual_seed(spec.seed)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=min(BATCH, len(dataset)), shuffle=True,
-                                         generator=gen, drop_last=True)
-    per_epoch = len(loader)
-    onset = spec.onset_epoch * per_epoch if spec.onset_epoch is not None else None
-    model = _net()
-    if spec.fault == "fp16":
-        model = model.half()
-    opt = _optimizer(spec, model)
-    scaler = torch.amp.GradScaler("cpu") if spec.fault == "fp16_scaled" else None
-    loss_fn = _fused_loss(spec.fault == "overwrite") if spec.fault.startswith("overwrite") else \
-        torch.nn.functional.cross_entropy
-    config = {"fault": spec.fault, "seed": spec.seed, "epochs": spec.epochs, "steps_per_epoch": per_epoch,
-              "planned_steps": spec.epochs * per_epoch, "batch": BATCH, "lr0": spec.lr, "train_images": len(dataset)}
-    run = tracker.init(spec.project, name=spec.label_name(), config=config, system=spec.interval,
-                       seed=spec.seed, home=home)
-    run.set_classes([str(c) for c in range(10)])
-    st = _State()
-    xv_t, yv_t = torch.from_numpy(xv), torch.from_numpy(yv)
-    t0 = time.perf_counter()
-    for epoch in range(spec.epochs):
+        import tracker
+
+        self.spec, self.torch = spec, torch
+        xt, xv, yt, yv = _split(spec.seed)
+        xt, yt = _subset(spec, xt, yt)
+        self.dataset = _Images(xt, yt)
+        self.loader = torch.utils.data.DataLoader(self.dataset, batch_size=min(BATCH, len(self.dataset)),
+                                                  shuffle=True, generator=torch.Generator().manual_seed(spec.seed),
+                                                  drop_last=True)
+        self.per_epoch = len(self.loader)
+        self.onset = spec.onset_epoch * self.per_epoch if spec.onset_epoch is not None else None
+        self.model = _net().half() if spec.fault == "fp16" else _net()
+        self.opt = _optimizer(spec, self.model)
+        self.scaler = torch.amp.GradScaler("cpu") if spec.fault == "fp16_scaled" else None
+        self.loss_fn = _fused_loss(spec.fault == "overwrite") if spec.fault.startswith("overwrite") else \
+            torch.nn.functional.cross_entropy
+        self.xv, self.yv = torch.from_numpy(xv), torch.from_numpy(yv)
+        config = {"fault": spec.fault, "seed": spec.seed, "epochs": spec.epochs, "steps_per_epoch": self.per_epoch,
+                  "planned_steps": spec.epochs * self.per_epoch, "batch": BATCH, "lr0": spec.lr,
+                  "train_images": len(self.dataset)}
+        self.run = tracker.init(spec.project, name=spec.label_name(), config=config, system=spec.interval,
+                                seed=spec.seed, home=home)
+        self.run.set_classes([str(c) for c in range(10)])
+        self.st = _State()
+
+    def faulty(self) -> bool:
+        """Whether the fault has begun (for faults with an onset)."""
+        return self.onset is not None and self.st.step >= self.onset
+
+    def epoch(self, epoch: int) -> None:
+        """Train one epoch, then score the validation set."""
+        spec, st, run = self.spec, self.st, self.run
         if not spec.fault.startswith("fp16"):
-            for group in opt.param_groups:
+            for group in self.opt.param_groups:
                 group["lr"] = _lr(spec, epoch)
-        model.train()
-        batches = iter(loader)
-        epoch_losses: list[float] = []
+        self.model.train()
+        batches = iter(self.loader)
+        losses: list[float] = []
         while True:
-            _inject(spec, st, dataset, onset)
+            _inject(spec, st, self.dataset, self.onset)
             wait = time.perf_counter()
             batch = next(batches, None)
             data_time = time.perf_counter() - wait
             if batch is None:
                 break
-            loss, logits, feats = _step(spec, model, opt, scaler, loss_fn, *batch)
-            if onset is not None and st.step >= onset:
-                if spec.fault == "leak_fast":
-                    st.kept.append(feats.clone())
-                elif spec.fault == "leak_slow":
-                    st.kept.append(torch.softmax(logits, 1).clone())
-            value = float(loss)
-            if not np.isfinite(value) and st.first_nan is None:
-                st.first_nan = st.step
-            run.log({"train/loss": value, "lr": opt.param_groups[0]["lr"], "sys/data_time": data_time}, step=st.step)
-            run.log_classes("train/cls_loss", _per_class(logits, batch[1]), step=st.step)
-            if spec.fault == "slowdown" and onset is not None and st.step >= onset:
-                run.log({"val/running_accuracy": _evaluate(model, xv_t, yv_t)[1]}, step=st.step)
-            epoch_losses.append(value)
-            st.step += 1
-        model.eval()
-        vloss, acc, recall = _evaluate(model, xv_t, yv_t)
+            losses.append(self.batch(batch, data_time))
+        self.model.eval()
+        vloss, acc, recall = _evaluate(self.model, self.xv, self.yv)
         st.val.append((st.step - 1, vloss))
-        st.train.append(float(np.mean(epoch_losses)) if epoch_losses else float("nan"))
+        st.train.append(float(np.mean(losses)) if losses else float("nan"))
         st.rare_recall = float(recall[RARE_CLASS])
         run.log({"val/loss": vloss, "metrics/accuracy": acc, "epoch": float(epoch + 1)}, step=st.step - 1)
-    run.finish()
-    seconds = time.perf_counter() - t0
-    record = {"run_id": run.run_id, "name": spec.label_name(), "model": "digits", "fault": spec.fault,
-              "seed": spec.seed, "spec": asdict(spec), "steps": st.step, "steps_per_epoch": per_epoch,
-              "onset": onset, "first_nan": st.first_nan, "val": st.val, "train": st.train, "rare_recall": st.rare_recall,
-              "kept_bytes": int(sum(t.numel() * t.element_size() for t in st.kept)), "seconds": seconds}
-    record["labels"] = [asdict(lb) for lb in digits_labels(record)]
-    return record
+
+    def batch(self, batch: Any, data_time: float) -> float:
+        """One step: train, keep what a leak keeps, log as a user's loop does; returns the loss."""
+        spec, st = self.spec, self.st
+        loss, logits, feats = _step(spec, self.model, self.opt, self.scaler, self.loss_fn, *batch)
+        if self.faulty() and spec.fault == "leak_fast":
+            st.kept.append(feats.clone())
+        elif self.faulty() and spec.fault == "leak_slow":
+            st.kept.append(self.torch.softmax(logits, 1).clone())
+        value = float(loss)
+        if not np.isfinite(value) and st.first_nan is None:
+            st.first_nan = st.step
+        self.run.log({"train/loss": value, "lr": self.opt.param_groups[0]["lr"], "sys/data_time": data_time},
+                     step=st.step)
+        self.run.log_classes("train/cls_loss", _per_class(logits, batch[1]), step=st.step)
+        if spec.fault == "slowdown" and self.faulty():
+            self.run.log({"val/running_accuracy": _evaluate(self.model, self.xv, self.yv)[1]}, step=st.step)
+        st.step += 1
+        return value
+
+    def record(self, seconds: float) -> dict[str, Any]:
+        """What the run was and measured, with its labels."""
+        from bench.faults_labels import digits_labels
+
+        spec, st = self.spec, self.st
+        record = {"run_id": self.run.run_id, "name": spec.label_name(), "model": "digits", "fault": spec.fault,
+                  "seed": spec.seed, "spec": asdict(spec), "steps": st.step, "steps_per_epoch": self.per_epoch,
+                  "onset": self.onset, "first_nan": st.first_nan, "val": st.val, "train": st.train,
+                  "rare_recall": st.rare_recall, "seconds": seconds,
+                  "kept_bytes": int(sum(t.numel() * t.element_size() for t in st.kept))}
+        record["labels"] = [asdict(lb) for lb in digits_labels(record)]
+        return record
+
+
+def train(spec: DigitsSpec, home: Any = None) -> dict[str, Any]:
+    """Train ``spec`` in this process; returns the record (run id, name, labels, what was measured)."""
+    import torch
+
+    if spec.fault not in FAULTS:
+        raise ValueError(f"unknown fault {spec.fault!r}; one of {', '.join(FAULTS)}")
+    torch.set_num_threads(1)
+    torch.manual_seed(spec.seed)
+    training = _Training(spec, home)
+    t0 = time.perf_counter()
+    for epoch in range(spec.epochs):
+        training.epoch(epoch)
+    training.run.finish()
+    return training.record(time.perf_counter() - t0)
 
 
 def main(argv: list[str]) -> int:
     """``python -m bench.faults_digits SPEC_JSON``: train one run, print its record as JSON."""
     if not argv:
-        print("one training of the fault corpus: python -m bench.faults_digits SPEC_JSON (python -m bench.faults builds "
-              "the corpus)")
+        print("one training of the fault corpus: python -m bench.faults_digits SPEC_JSON "
+              "(python -m bench.faults builds the corpus)")
         return 0
     if len(argv) != 1:
         print("usage: python -m bench.faults_digits SPEC_JSON", file=sys.stderr)

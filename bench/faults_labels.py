@@ -10,7 +10,9 @@ event naming the rare class).
 Labels come from the fault and from what the run measured independently of any
 detector (the first non-finite loss, the validation loss' minimum, the rare class'
 validation recall), never from a detector's output. A run may carry several labels
-(a stalled loader also makes every step slower) or none (a healthy twin).
+or none (a healthy twin). An ``optional`` label allows an event without asking for
+one: a stalled loader makes every step slower, so a step-time regression there is
+right, but ``data_stall`` is the detector that must name it.
 
 Kinds without a built-in detector today are kept as labels, so the score names
 them: ``zero_loss`` (a loss identically zero: no targets or no positives),
@@ -43,6 +45,7 @@ class Label:
     key: str | None = None
     classes: list[int] = field(default_factory=list)
     note: str = ""
+    optional: bool = False  # an event in [lo, hi] is right but not required: neither a hit nor a false alarm
 
 
 def overfitting(val: list[tuple[int, float]], train: list[float], last: int) -> Label | None:
@@ -80,8 +83,8 @@ def digits_labels(record: dict[str, Any]) -> list[Label]:
                             note=f"{record.get('kept_bytes', 0) / 1e6:.0f} MB of tensors kept"))
     elif fault == "stall":
         labels.append(Label("data_stall", onset, onset, last, key="sys/data_time"))
-        labels.append(Label("step_time_regression", onset, onset, last, key="sys/step_time",
-                            note="waiting for data makes every step longer"))
+        labels.append(Label("step_time_regression", onset, onset, last, key="sys/step_time", optional=True,
+                            note="waiting for data makes every step longer (data_stall names the cause)"))
     elif fault == "slowdown":
         labels.append(Label("step_time_regression", onset, onset, last, key="sys/step_time",
                             note="the validation set scored at every step"))

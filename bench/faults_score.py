@@ -8,7 +8,8 @@ registered detectors at their defaults, and judges each (run, detector) pair:
   falls in the label's ``[lo, hi]`` (on the label's key and naming its classes, where
   the label says); the lead time is the first such event's step minus the onset
   (steps, and seconds from the rows' wall times);
-* a miss (FN) for a label without such an event;
+* a miss (FN) for a label without such an event (an ``optional`` label allows an
+  event without asking for one);
 * a false alarm (FP) when the run has an event of that kind and no label of that kind
   (a healthy twin flagged), or one before its labels' first step (a flag before the
   fault began): one per run.
@@ -91,7 +92,7 @@ def _hits(label: dict[str, Any], events: list[Any]) -> list[Any]:
 def _seconds(home: Path, run_id: str, start: int, end: int) -> float | None:
     import tracker
 
-    df = tracker.query("SELECT step, epoch(max(wall_time)) AS t FROM curves WHERE run_id = ? AND step IN (?, ?) "
+    df = tracker.query("SELECT step, max(wall_time) AS t FROM curves WHERE run_id = ? AND step IN (?, ?) "
                        "GROUP BY step", [run_id, start, end], home=home)
     times = dict(zip(df["step"].to_list(), df["t"].to_list()))
     if start in times and end in times:
@@ -108,6 +109,8 @@ def judge(record: dict[str, Any], events: list[Any], kinds: Iterable[str], score
         labels = [lb for lb in record["labels"] if lb["kind"] == kind]
         mine = [e for e in events if e.kind == kind]
         for label in labels:
+            if label.get("optional"):
+                continue
             found = _hits(label, mine)
             if not found:
                 score.fn += 1

@@ -142,7 +142,7 @@ def yolo_labels(record: dict[str, Any], home: Path) -> list[Any]:
         labels.append(Label("divergence", 0, 0, last, note="lr0 x30"))
     elif fault == "yolo_stall":
         labels.append(Label("data_stall", onset, onset, last, key="sys/data_time"))
-        labels.append(Label("step_time_regression", onset, onset, last, key="sys/step_time"))
+        labels.append(Label("step_time_regression", onset, onset, last, key="sys/step_time", optional=True))
     elif fault == "yolo_leak":
         labels.append(Label("memory_growth", onset, onset, last, key="sys/proc/rss"))
     return labels

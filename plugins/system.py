@@ -23,7 +23,8 @@ Rules:
   ``sys/step_time``: wall seconds per step, the sampling interval divided by the
   steps the run's counter advanced in it (no row when it did not advance);
   ``sys/data_time`` is the user's or the integration's to log (seconds a step
-  waited for its batch); the detectors compare the two;
+  waited for its batch: the Ultralytics integration logs it, a plain loop times
+  ``next(batches)``, see ``docs/system-metrics.md``); the detectors compare the two;
 
   per CUDA device ``i`` that this process has used (only when the program imported
   torch and initialised CUDA itself: the sampler never initialises it):

@@ -169,3 +169,11 @@ def test_a_pair_term_cannot_stand_in_for_a_detectors_classification_loss() -> No
 
     with pytest.raises(ConfigError, match="'nt_xent' takes views .* needs a logits term such as class_weighted_bce"):
         check_loss("nt_xent", {})
+
+
+def test_a_zero_tolerance_comparison_fails_on_any_difference() -> None:
+    from tracker.testing.conformance import _Failure, _worst
+
+    with pytest.raises(_Failure, match=r"positives\[0\] = 1"):
+        _worst("positives", np.array([1, 0]), np.array([0, 0]), 0.0, 0.0)  # one exact match must not hide it
+    _worst("positives", np.array([2, 0]), np.array([2, 0]), 0.0, 0.0)

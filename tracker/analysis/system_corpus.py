@@ -90,10 +90,12 @@ def _healthy(run: _Run) -> tuple[Series, dict[str, Any]]:
     rng, n = run.rng, run.n
     total = float(rng.choice([16, 24, 40, 80])) * GiB
     live_peak = rng.uniform(0.2, 0.6) * total
-    live_peak_curve = run.bumps(run.warm(live_peak, int(rng.integers(2, WARM_SAMPLES))), int(rng.integers(0, 2)), 0.08)
+    fill = int(rng.integers(2, WARM_SAMPLES))
+    live_peak_curve = run.bumps(run.warm(live_peak, fill), int(rng.integers(0, 2)), 0.08)
     allocated = live_peak_curve * rng.uniform(0.6, 1.0, n)
     reserved = live_peak_curve * rng.uniform(1.05, 1.35) * run.noise(0.005)
-    rss = run.bumps(run.warm(rng.uniform(2.0, 8.0) * GiB, int(rng.integers(2, WARM_SAMPLES))), int(rng.integers(0, 3)), 0.04)
+    rss_level = rng.uniform(2.0, 8.0) * GiB
+    rss = run.bumps(run.warm(rss_level, int(rng.integers(2, WARM_SAMPLES))), int(rng.integers(0, 3)), 0.04)
     rss = rss * run.noise(rng.uniform(0.002, 0.01))
     compute = rng.uniform(0.05, 0.5)
     step_time = compute * run.noise(rng.uniform(0.03, 0.15))

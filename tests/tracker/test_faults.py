@@ -1,0 +1,76 @@
+"""A few real trainings of the fault corpus (bench/faults.py), short: the detectors fire on the faulty
+runs and stay quiet on their healthy twins.
+
+Each run trains the digits CNN of ``bench/faults_digits.py`` for real in this process (torch, one
+thread, a few seconds), with the system sampler on where a system detector judges it; the labels
+come from the fault (its injection step) or from what the run measured (its first non-finite loss).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tracker
+from bench.faults_digits import DigitsSpec, train
+
+pytestmark = pytest.mark.slow
+FAST = 0.05  # the sampler's interval in these short runs (the default is 2 s)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    home = tmp_path_factory.mktemp("faults") / "home"
+    specs = {
+        "healthy": DigitsSpec("healthy", epochs=12, interval=FAST),
+        "lr_high": DigitsSpec("lr_high", epochs=12, onset_epoch=3, interval=FAST),
+        "fp16": DigitsSpec("fp16", epochs=2, interval=FAST),
+        "fp16_scaled": DigitsSpec("fp16_scaled", epochs=2, interval=FAST),
+        "healthy_long": DigitsSpec("healthy", epochs=34, interval=FAST, name="digits-healthy_long-s0"),
+        "stall": DigitsSpec("stall", epochs=8, onset_epoch=3, interval=FAST),
+        "leak_fast": DigitsSpec("leak_fast", epochs=34, onset_epoch=4, interval=FAST),
+    }
+    records = {name: train(spec, home=home) for name, spec in specs.items()}
+    events = {name: [r.event for r in tracker.analyze(rec["run_id"], home=home).events]
+              for name, rec in records.items()}
+    return {"home": home, "records": records, "events": events}
+
+
+def _kinds(runs: dict[str, Any], name: str) -> set[str]:
+    return {e.kind for e in runs["events"][name]}
+
+
+@pytest.mark.parametrize("fault, twin, kind", [
+    ("lr_high", "healthy", "divergence"),
+    ("fp16", "fp16_scaled", "non_finite"),
+    ("stall", "healthy_long", "data_stall"),
+    ("leak_fast", "healthy_long", "memory_growth"),
+])
+def test_the_detector_fires_on_the_fault_and_not_on_its_twin(runs: dict[str, Any], fault: str, twin: str,
+                                                             kind: str) -> None:
+    (label,) = [lb for lb in runs["records"][fault]["labels"] if lb["kind"] == kind]
+    hits = [e for e in runs["events"][fault] if e.kind == kind and label["lo"] <= e.step <= label["hi"]]
+    assert hits, (fault, label, [(e.kind, e.step, e.key) for e in runs["events"][fault]])
+    assert not [e for e in runs["events"][fault] if e.kind == kind and e.step < label["lo"]], "before the fault"
+    assert kind not in _kinds(runs, twin), [(e.kind, e.step, e.key, e.message) for e in runs["events"][twin]]
+
+
+def test_the_labels_come_from_the_fault_and_the_run(runs: dict[str, Any]) -> None:
+    records = runs["records"]
+    assert records["fp16"]["first_nan"] is not None and records["fp16_scaled"]["first_nan"] is None
+    per_epoch = records["lr_high"]["steps_per_epoch"]
+    assert [lb["onset"] for lb in records["lr_high"]["labels"] if lb["kind"] == "divergence"] == [3 * per_epoch]
+    assert records["leak_fast"]["kept_bytes"] > 50e6  # the kept features, ~60 KB a step
+    assert {lb["kind"] for lb in records["healthy"]["labels"]} <= {"overfitting"}  # measured from val/loss
+
+
+def test_the_runs_log_what_a_user_loop_logs(runs: dict[str, Any]) -> None:
+    home: Path = runs["home"]
+    rid = runs["records"]["stall"]["run_id"]
+    keys = set(tracker.query("SELECT DISTINCT key FROM curves WHERE run_id = ?", [rid], home=home)["key"].to_list())
+    assert {"train/loss", "lr", "sys/data_time", "sys/step_time", "sys/proc/rss", "val/loss", "epoch"} <= keys
+    per_class = tracker.query("SELECT count(DISTINCT class_index) AS n FROM class_curves WHERE run_id = ?", [rid],
+                              home=home)["n"][0]
+    assert per_class == 10
