@@ -175,6 +175,8 @@ STEP_TIME_REGRESSION = DetectorSpec(
         Param("window", 31, f"{_W} per side of the comparison (odd)", 3, None, True),
         Param("factor", 1.25, "the new median is at least factor x the old one", 1.0001, None),
         Param("warmup", 30, f"{_W} ignored at the start", 0, None, True),
+        Param("busy", 90.0, "host CPU percent from which other processes may explain a slowdown", 0.0, 100.0),
+        Param("busy_factor", 2.0, "on a busy host, this process' CPU time per step must rise this much", 1.0, None),
     ),
 )
 
