@@ -53,7 +53,7 @@ def _caller() -> str:
 
     stdlib = sysconfig.get_paths()["stdlib"]
     frames = [f for f in traceback.extract_stack()[:-2] if not f.filename.startswith(stdlib)]
-    return "".join(f" from {f.filename}:{f.lineno} in {f.name}" for f in frames[-3:][::-1])
+    return "".join(f" from {f.filename}:{f.lineno} in {f.name}" for f in frames[-6:][::-1])
 
 
 def install(record: str | os.PathLike[str], where: bool = False) -> None:
