@@ -88,6 +88,8 @@ def assignment_stats(gt_labels: Any, gt_mask: Any, fg_mask: Any, matched_gt: Any
             raise ConfigError(f"log_assignments: anchor_strides has {strides.numel()} entries for {fg.shape[1]} "
                               "anchors; pass the stride of each anchor")
         for s in torch.unique(strides).tolist():
+            if not s > 0:  # anchors of no known level
+                continue
             at = strides == s
             name = level_names([s])[0]
             out[f"assign/pos/{name}"] = fg[:, at].sum()

@@ -276,3 +276,31 @@ def test_grad_of_a_substituted_term_and_log_every(trained: Captured) -> None:
         log_batch(probe, run, step, 3)
     assert probed == [True, False, False, True, False, False]
     assert sorted(set(run.logged)) == [0, 3]
+
+
+def test_a_failing_probe_turns_itself_off_and_the_training_goes_on(trained: Captured,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    import torch
+    from ultralytics.cfg import get_cfg
+    from ultralytics.nn.tasks import DetectionModel
+
+    from tracker.integrations.ultralytics_assign import attach, log_batch
+    from tracker.integrations.ultralytics_loss import install
+
+    model = DetectionModel("yolo11n.yaml", nc=4, verbose=False)
+    model.args = get_cfg()
+    install(model, None)
+    probe = attach(model)
+
+    def broken(args: Any, out: Any) -> None:
+        raise IndexError("an assigner output this code does not know")
+
+    probe.on_assign = broken  # type: ignore[method-assign]
+    batch = {"img": torch.rand(1, 3, 64, 64), "batch_idx": torch.tensor([0.0]), "cls": torch.tensor([[1.0]]),
+             "bboxes": torch.tensor([[0.5, 0.5, 0.4, 0.4]])}
+    total, items = model.loss(batch)
+    assert torch.isfinite(total).all() and probe.failed and not probe.active
+    assert "assignment statistics are off for this training: IndexError" in caplog.text
+    log_batch(probe, None, 0, 1)  # nothing to write (run None would fail), and it stays off
+    model.loss(batch)
+    assert probe.stats is None and not probe.active

@@ -27,6 +27,7 @@ validator's metrics (NaN for a class the validation set lacks).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from tracker.assign import assignment_stats, bce_grad, grad_stats, positives, wr
 from tracker.integrations.ultralytics_loss import ClassificationLoss, _leaves
 
 MARK = "_tracker_assign"
+log = logging.getLogger(__name__)
 
 
 class AssignProbe:
@@ -45,6 +47,7 @@ class AssignProbe:
         self.num_classes = num_classes
         self.strides = strides
         self.active = True
+        self.failed = False
         self.stats: dict[str, torch.Tensor] | None = None
         self._assigned: tuple[torch.Tensor, ...] | None = None
         self._levels: dict[tuple[int, str], torch.Tensor] = {}
@@ -88,6 +91,13 @@ class AssignProbe:
                 grad = _autograd(loss.inner, logits, targets).abs_().mul_(scale)
             self.stats.update(grad_stats(grad, positives(fg_mask, target_labels, self.num_classes)))
 
+    def fail(self, exc: BaseException) -> None:
+        """Turn the probe off for the rest of the training (one warning): tracking never stops a training."""
+        if not self.failed:
+            log.warning("tracker: the assignment statistics are off for this training: %s: %s",
+                        type(exc).__name__, exc)
+        self.failed, self.active, self.stats, self._assigned = True, False, None, None
+
     def take(self) -> dict[str, torch.Tensor] | None:
         """The last batch's statistics (once)."""
         stats, self.stats = self.stats, None
@@ -120,13 +130,19 @@ def attach(model: torch.nn.Module) -> AssignProbe:
 
     def assign(*args: Any, **kwargs: Any) -> Any:
         out = assign_forward(*args, **kwargs)
-        probe.on_assign(args, out)
+        try:
+            probe.on_assign(args, out)
+        except Exception as exc:  # a layout this code does not know: no statistics, the training goes on
+            probe.fail(exc)
         return out
 
     def classify(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         out = bce_forward(logits, targets)
         if isinstance(bce, ClassificationLoss):
-            probe.on_cls_loss(bce, logits, targets)
+            try:
+                probe.on_cls_loss(bce, logits, targets)
+            except Exception as exc:
+                probe.fail(exc)
         return out
 
     assigner.forward, bce.forward = assign, classify
@@ -140,9 +156,9 @@ def log_batch(probe: AssignProbe | None, run: Any, step: int, log_every: int) ->
     if probe is None:
         return
     stats = probe.take()
-    if stats:
+    if stats and step % log_every == 0:
         write(run, stats, step)
-    probe.active = (step + 1) % log_every == 0
+    probe.active = not probe.failed and (step + 1) % log_every == 0
 
 
 def val_ap(trainer: Any, num_classes: int) -> dict[str, np.ndarray] | None:
