@@ -20,7 +20,9 @@ Positives of class c are the anchors the assigner made foreground with label c;
 every other anchor is a negative of c.
 
 The statistics are computed only on the batches that are logged (``log_every``)
-and stay on the device until one copy at ``on_train_batch_end``.
+and stay on the device until one copy at ``on_train_batch_end``. A probe that fails
+(a criterion of a layout this module does not know) turns itself off for the rest of
+the training with one warning; the training goes on.
 :func:`log_val_ap` logs ``val/AP50`` and ``val/AP50-95`` per class from the
 validator's metrics (NaN for a class the validation set lacks).
 """
