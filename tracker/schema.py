@@ -110,6 +110,10 @@ VIEWS_SQL = {
 _FORK_UPTO = """least(r.fork_step, coalesce(
     (SELECT min(s.start_step) FROM segments s WHERE s.run_id = r.run_id) - 1, r.fork_step))"""
 
+# the resume rule of segment_bounds, for a row m of metrics or class_metrics
+_VISIBLE = """NOT EXISTS (SELECT 1 FROM segments s WHERE s.run_id = m.run_id AND s.rank = m.rank
+                          AND s.segment > m.segment AND s.start_step <= m.step)"""
+
 LINEAGE_VIEWS_SQL = {
     "own_curves": VIEWS_SQL["curves"],
     "own_class_curves": VIEWS_SQL["class_curves"],
@@ -124,17 +128,24 @@ LINEAGE_VIEWS_SQL = {
             FROM chain c JOIN forks f ON f.run_id = c.ancestor_id
             WHERE c.depth < 64)
         SELECT run_id, ancestor_id, upto, depth FROM chain""",
-    "curves": """
+    # the inherited rows read the tables, not own_curves: joined from run_lineage, the scan of
+    # metrics is pruned to the ancestors' rows (all of it when there is no fork), where a
+    # second pass over own_curves would cost as much as the first
+    "curves": f"""
         SELECT run_id, rank, segment, step, key, value, wall_time FROM own_curves
         UNION ALL
-        SELECT l.run_id, o.rank, o.segment, o.step, o.key, o.value, o.wall_time
-        FROM run_lineage l JOIN own_curves o ON o.run_id = l.ancestor_id AND o.step <= l.upto""",
-    "class_curves": """
+        SELECT l.run_id, m.rank, m.segment, m.step, m.key, m.value, m.wall_time
+        FROM run_lineage l JOIN metrics m ON m.run_id = l.ancestor_id AND m.step <= l.upto
+        WHERE {_VISIBLE}""",
+    "class_curves": f"""
         SELECT run_id, rank, segment, step, key, class_index, class_name, value, wall_time
         FROM own_class_curves
         UNION ALL
-        SELECT l.run_id, o.rank, o.segment, o.step, o.key, o.class_index, o.class_name, o.value, o.wall_time
-        FROM run_lineage l JOIN own_class_curves o ON o.run_id = l.ancestor_id AND o.step <= l.upto""",
+        SELECT l.run_id, m.rank, m.segment, m.step, m.key, m.class_index,
+               coalesce(c.name, CAST(m.class_index AS VARCHAR)) AS class_name, m.value, m.wall_time
+        FROM run_lineage l JOIN class_metrics m ON m.run_id = l.ancestor_id AND m.step <= l.upto
+        LEFT JOIN classes c ON c.run_id = m.run_id AND c.class_index = m.class_index
+        WHERE {_VISIBLE}""",
     "run_aggregates": """
         SELECT run_id, key, count(*) AS n_points, min(value) AS min, max(value) AS max,
                arg_max(value, step) AS last, max(step) AS last_step,
@@ -179,6 +190,14 @@ def m004_run_lineage(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS fork_step BIGINT")
     for name in ("run_summary", "curves", "class_curves"):
         con.execute(f"DROP VIEW IF EXISTS {name}")
+    for name, sql in LOCAL_VIEWS_SQL.items():
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+
+
+@migration
+def m005_fork_views_without_a_second_pass(con: duckdb.DuckDBPyConnection) -> None:
+    """``curves`` and ``class_curves`` read a fork's inherited rows from the tables (m004's
+    views passed over ``own_curves`` twice: four times slower with no fork at all)."""
     for name, sql in LOCAL_VIEWS_SQL.items():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
 

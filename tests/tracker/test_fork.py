@@ -115,8 +115,10 @@ def test_parse_fork_from() -> None:
 def test_init_forks_a_running_run_and_a_fork_of_a_fork(tmp_path: Path) -> None:
     home = tmp_path / "home"
     parent = tracker.init("p", run_id="parent", home=home, system=False, config={"lr": 0.1, "seed": 1})
+    parent.set_classes(["a", "b"])
     for step in range(10):
         parent.log({"loss": float(step)}, step=step)
+        parent.log_classes("ap", [step, -step], step=step)
     parent.flush()  # the parent keeps running: its rows are in the spool only
     with pytest.raises(RunError, match="last visible step is 9"):
         tracker.init("p", home=home, system=False, fork_from="parent@50")
@@ -142,6 +144,8 @@ def test_init_forks_a_running_run_and_a_fork_of_a_fork(tmp_path: Path) -> None:
     assert by_run["child"] == [0.0, 1.0, 2.0, 3.0, 4.0, 50.0]
     assert by_run["grand"] == [0.0, 1.0, 2.0, 3.0, 4.0, 50.0, 60.0]
     assert len(by_run["parent"]) == 12
+    classes = store.query("SELECT step, class_name, value FROM class_curves WHERE run_id = 'grand' ORDER BY step, class_name")
+    assert classes.rows() == [(s, n, float(v)) for s in range(5) for n, v in (("a", s), ("b", -s))]
     assert store.query("SELECT count(*) AS n FROM metrics WHERE run_id != 'parent'")["n"][0] == 2  # nothing copied
     store.ingest()
     lineage = store.query("SELECT run_id, parent_run_id, fork_step FROM run_summary ORDER BY run_id").rows()
