@@ -91,17 +91,6 @@ def check_buckets(buckets: int) -> int:
 # -- runs ------------------------------------------------------------------------------
 
 
-def _loss_key_sql(loss_key: str | None) -> tuple[str, list[Any]]:
-    """SQL picking one loss key per run: ``loss_key`` if given, else the preferred one."""
-    if loss_key:
-        return "SELECT DISTINCT run_id, key FROM curves WHERE key = ?", [loss_key]
-    order = " ".join(f"WHEN key = '{k}' THEN {i}" for i, k in enumerate(LOSS_KEY_ORDER))
-    sql = f"""
-        SELECT run_id, arg_min(key, (CASE {order} WHEN key LIKE 'loss/%' THEN 10 ELSE 20 END, key)) AS key
-        FROM (SELECT DISTINCT run_id, key FROM curves WHERE key LIKE '%loss%') GROUP BY run_id"""
-    return sql, []
-
-
 def runs_table(
     src: Source,
     *,
@@ -123,7 +112,6 @@ def runs_table(
     """
     if sort not in RUN_SORTS:
         raise ConfigError(f"Unknown sort column {sort!r}; available: {', '.join(RUN_SORTS)}")
-    pick_sql, params = _loss_key_sql(loss_key)
     where, wparams = ["TRUE"], []
     if projects:
         where.append("s.project IN (SELECT unnest(?))")
@@ -137,25 +125,40 @@ def runs_table(
     if text:
         where.append("(s.run_id ILIKE ? OR s.name ILIKE ? OR CAST(s.config AS VARCHAR) ILIKE ?)")
         wparams.extend([f"%{text}%"] * 3)
+    # one pass over curves: per run and key its points and rank 0's best and last value; the
+    # loss key, the points and the last step per run are read from that (not three scans)
+    pick_where = "key = ?" if loss_key else "key LIKE '%loss%'"
+    order = " ".join(f"WHEN key = '{k}' THEN {i}" for i, k in enumerate(LOSS_KEY_ORDER))
     sql = f"""
-        WITH pick AS ({pick_sql}),
+        WITH per_key AS (
+            SELECT run_id, key, count(*) AS n, max(step) AS last_step, count(*) FILTER (WHERE rank = 0) AS n0,
+                   min(value) FILTER (WHERE rank = 0 AND isfinite(value)) AS best_loss,
+                   arg_min(step, value) FILTER (WHERE rank = 0 AND isfinite(value)) AS best_step,
+                   arg_max(value, step) FILTER (WHERE rank = 0) AS last_loss
+            FROM curves GROUP BY run_id, key),
+        points AS (SELECT run_id, max(last_step) AS last_step, CAST(sum(n) AS BIGINT) AS n_points
+                   FROM per_key GROUP BY run_id),
+        pick AS (
+            SELECT run_id, arg_min(key, (CASE {order} WHEN key LIKE 'loss/%' THEN 10 ELSE 20 END, key)) AS key
+            FROM per_key WHERE {pick_where} GROUP BY run_id),
         loss AS (
-            SELECT c.run_id, p.key AS loss_key,
-                   min(c.value) FILTER (WHERE isfinite(c.value)) AS best_loss,
-                   arg_max(c.value, c.step) AS last_loss,
-                   arg_min(c.step, c.value) FILTER (WHERE isfinite(c.value)) AS best_step
-            FROM curves c JOIN pick p ON c.run_id = p.run_id AND c.key = p.key
-            WHERE c.rank = 0 GROUP BY c.run_id, p.key),
+            SELECT k.run_id, k.key AS loss_key, k.best_loss, k.best_step, k.last_loss
+            FROM per_key k JOIN pick p ON p.run_id = k.run_id AND p.key = k.key WHERE k.n0 > 0),
+        segs AS (SELECT run_id, count(*) AS segments FROM segments GROUP BY run_id),
         forks AS (  -- lineage read by name: a lake's runs have no such columns (no forks there)
             SELECT run_id, json_extract_string(j, '$.parent_run_id') || '@' || json_extract_string(j, '$.fork_step')
                    AS fork_of
             FROM (SELECT r.run_id, to_json(r) AS j FROM runs r) WHERE json_extract_string(j, '$.parent_run_id') IS NOT NULL)
-        SELECT s.run_id, s.project, s.name, s.status, s.created_at, s.updated_at, s.duration_s,
-               s.last_step, s.n_points, s.segments, l.loss_key, l.best_loss, l.best_step, l.last_loss, f.fork_of,
+        SELECT s.run_id, s.project, s.name, s.status, s.created_at, s.updated_at,
+               date_diff('millisecond', s.created_at, s.updated_at) / 1000.0 AS duration_s,
+               pt.last_step, coalesce(pt.n_points, 0) AS n_points, coalesce(g.segments, 0) AS segments,
+               l.loss_key, l.best_loss, l.best_step, l.last_loss, f.fork_of,
                s.tags, CAST(s.config AS VARCHAR) AS config
-        FROM run_summary s LEFT JOIN loss l ON l.run_id = s.run_id LEFT JOIN forks f ON f.run_id = s.run_id
+        FROM runs s LEFT JOIN points pt ON pt.run_id = s.run_id LEFT JOIN segs g ON g.run_id = s.run_id
+        LEFT JOIN loss l ON l.run_id = s.run_id LEFT JOIN forks f ON f.run_id = s.run_id
         WHERE {' AND '.join(where)}
         ORDER BY {sort} {'DESC' if descending else 'ASC'} NULLS LAST, run_id"""
+    params = [loss_key] if loss_key else []
     return fetch(src, sql, params + wparams)
 
 
