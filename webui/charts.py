@@ -97,11 +97,17 @@ def _x_encoding(x: str, frame: pl.DataFrame) -> alt.X:
     return alt.X(f"{field}:Q", title=x, scale=alt.Scale(zero=False, nice=False))
 
 
+def drawn_mark() -> pl.Expr:
+    """The segment starts drawn as marks: every resume, and a fork's first segment (its
+    rows before it are the parent's)."""
+    return (pl.col("segment") > 0) | pl.col("reason").str.starts_with("fork of")
+
+
 def _pieces(points: pl.DataFrame, marks: pl.DataFrame | None) -> pl.Series:
     """For each point, how many resumes of its run start at or before its step (0 before any)."""
     if marks is None or marks.is_empty():
         return pl.Series("piece", [0] * points.height, dtype=pl.Int32)
-    starts = marks.filter(pl.col("segment") > 0).select("run_id", pl.col("step").alias("_start"))
+    starts = marks.filter(drawn_mark()).select("run_id", pl.col("step").alias("_start"))
     if starts.is_empty():
         return pl.Series("piece", [0] * points.height, dtype=pl.Int32)
     counted = (
@@ -173,7 +179,7 @@ def _rule_x(x: str) -> alt.X:
 
 
 def _marks_layer(marks: pl.DataFrame, frame: pl.DataFrame, labels: dict[str, str], x: str) -> alt.LayerChart | None:
-    placed = place(marks.filter(pl.col("segment") > 0), frame).with_columns(
+    placed = place(marks.filter(drawn_mark()), frame).with_columns(
         pl.col("run_id").replace_strict(labels, default=pl.col("run_id")).alias("run"),
     )
     if X_AXES[x] != "step":

@@ -426,13 +426,18 @@ def run_origins(src: Source, run_ids: Sequence[str], key: str) -> dict[str, floa
 
 
 def resume_marks(src: Source, run_ids: Sequence[str]) -> pl.DataFrame:
-    """Segment starts of the runs (one per run and segment): step, reason, start time."""
+    """Segment starts of the runs (one per run and segment): step, reason, start time. A fork's
+    first segment has reason ``fork of PARENT@STEP`` (the charts mark it like a resume)."""
     cond, params = one_of("run_id", run_ids)
     return fetch(
         src,
-        "SELECT run_id, segment, min(start_step) AS step, any_value(reason) AS reason, "
-        f"min(started_at) AS started_at, count(*) AS ranks FROM segments WHERE {cond} "
-        "GROUP BY run_id, segment ORDER BY run_id, segment",
+        "WITH m AS (SELECT run_id, segment, min(start_step) AS step, any_value(reason) AS reason, "
+        f"min(started_at) AS started_at, count(*) AS ranks FROM segments WHERE {cond} GROUP BY run_id, segment), "
+        "f AS (SELECT run_id, json_extract_string(j, '$.parent_run_id') || '@' || json_extract_string(j, '$.fork_step') "
+        "AS fork_of FROM (SELECT r.run_id, to_json(r) AS j FROM runs r)) "  # by name: a lake's runs have no lineage
+        "SELECT m.run_id, m.segment, m.step, CASE WHEN m.segment = 0 AND f.fork_of IS NOT NULL "
+        "THEN 'fork of ' || f.fork_of ELSE m.reason END AS reason, m.started_at, m.ranks "
+        "FROM m LEFT JOIN f ON f.run_id = m.run_id ORDER BY m.run_id, m.segment",
         params,
     )
 

@@ -109,6 +109,12 @@ def test_forks_are_named_on_the_curves_page_and_in_the_runs_table(open_page: Any
     assert any("`ce0-fork` from `ce0` at step 19" in c.value for c in at.caption)
     summary = at.dataframe[0].value.set_index("run")
     assert summary.loc["ce0-fork", "last step"] == 29
+    from streamlit import dataframe_util
+
+    rows = [row for chart in at.get("vega_lite_chart") for d in chart.proto.datasets
+            for row in dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data).to_dict("records")]
+    assert [(r["step"], r["reason"]) for r in rows if str(r.get("reason", "")).startswith("fork")] == [
+        (20, "fork of ce0@19")]  # the fork's mark, where its own rows start
     at = open_page("runs")
     table = at.dataframe[0].value.set_index("run_id")
     assert table.loc["ce0-fork", "fork_of"] == "ce0@19" and not isinstance(table.loc["ce0", "fork_of"], str)
