@@ -37,9 +37,11 @@ Rules:
 * After each evaluation the ``collapse`` detector (registered like every detector,
   :mod:`tracker.analysis.collapse`; ``config["analysis"]["collapse"]`` tunes or
   turns it off) judges the new points; its events are recorded with the run's.
-* ``finish()`` drains the queue and logs the last statistics before the last flush:
-  the newest window of what is still queued, evaluated once, within half the
-  logger timeout (``tracker_logger_timeout``); past it the rest is dropped.
+* ``finish()`` logs the last statistics before the last flush: it stops the worker
+  (which finishes the batch it is on, within half the logger timeout
+  ``tracker_logger_timeout``; past it the worker's results are dropped) and, on its
+  own thread, puts the newest ``max(every, min samples)`` rows still queued into
+  the window and evaluates it once.
 """
 
 from __future__ import annotations
@@ -148,6 +150,8 @@ class EmbeddingMonitor:
         self._handled = 0  # batches processed or dropped
         self._closed = False
         self._abandoned = False
+        self._emit = threading.Lock()  # a worker's statistics and events reach the run together
+        self._recorded: set[str] = set()  # keys whose settings went into run.json
         self._thread: threading.Thread | None = None
         self.evaluations = 0
         self.dropped_rows = 0
@@ -220,25 +224,26 @@ class EmbeddingMonitor:
 
     def _loop(self) -> None:
         _lower_priority()
-        recorded: set[str] = set()
         while True:
             self._wake.wait()
             self._wake.clear()
-            work = self._take()
-            for state, items in work:
-                try:
-                    if state.key not in recorded:
-                        recorded.add(state.key)
-                        self._record_config()
-                    self._process(state, items)
-                except Exception:  # the worker must survive anything
-                    log.exception("tracker: embedding statistics of %s in run %s failed", state.key, self.run.run_id)
-                with self._lock:
-                    self._handled += len(items)
-                    self._done.notify_all()
+            if self._closed:  # close() takes what is left, on its own thread (this one runs at nice +10)
+                return
+            self._work()
+
+    def _work(self) -> None:
+        """Process every queued batch (the worker's loop, or close() at the end)."""
+        for state, items in self._take():
+            try:
+                if state.key not in self._recorded:
+                    self._recorded.add(state.key)
+                    self._record_config()
+                self._process(state, items)
+            except Exception:  # the worker must survive anything
+                log.exception("tracker: embedding statistics of %s in run %s failed", state.key, self.run.run_id)
             with self._lock:
-                if self._closed and not any(self._queues.values()):
-                    return
+                self._handled += len(items)
+                self._done.notify_all()
 
     def _process(self, state: Window, items: list[tuple[int, Any, int, Any]]) -> None:
         """Add ``items`` to the window, evaluating where ``every`` falls; the batches between two
@@ -252,7 +257,7 @@ class EmbeddingMonitor:
             if self._abandoned:
                 return
             held.append((pool_key, copy))
-            if self._closed and later >= state.window:  # finishing: rows the later ones would push out
+            if self._closed and later >= max(state.every, state.min_samples):  # finishing: only the newest go in
                 state.skip(rows)
                 continue
             block.append(_as_matrix(copy))
@@ -272,16 +277,23 @@ class EmbeddingMonitor:
                 return
 
     def _evaluate(self, state: Window, step: int) -> bool:
-        """Evaluate the window and log the statistics at ``step``; False once the run is finished."""
+        """Evaluate the window and log the statistics at ``step``; False once the run is finished.
+
+        The statistics and their events go out together, under ``_emit``: once close() gave up
+        on a worker, nothing of it reaches the run."""
         stats = state.evaluate()
-        self.evaluations += 1
-        try:
-            self.run.log({f"{state.key}/{name}": value for name, value in stats.items()}, step=step)
-        except RunError:  # the run finished without waiting for this evaluation
-            self._abandoned = True
-            return False
-        for event in self._detect(state, step, stats):
-            self.run._add_event(event)
+        events = self._detect(state, step, stats)
+        with self._emit:
+            if self._abandoned:
+                return False
+            try:
+                self.run.log({f"{state.key}/{name}": value for name, value in stats.items()}, step=step)
+            except RunError:  # the run finished without waiting for this evaluation
+                self._abandoned = True
+                return False
+            self.evaluations += 1
+            for event in events:
+                self.run._add_event(event)
         return True
 
     def _record_config(self) -> None:
@@ -306,17 +318,23 @@ class EmbeddingMonitor:
             return self._done.wait_for(lambda: self._handled >= target, timeout)
 
     def close(self, timeout: float) -> None:
-        """Process what is queued (the last window of it, evaluated once), log the last statistics,
-        stop the worker; what is left after ``timeout`` seconds is dropped. Safe to call twice."""
+        """Stop the worker (it finishes the batch it is on, at most ``timeout`` seconds), then, on
+        this thread, put the newest ``max(every, min samples)`` rows still queued into the windows
+        and log their last statistics. Safe to call twice."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
-            if self._thread.is_alive():
-                self._abandoned = True
+            with self._emit:
+                self._abandoned = self._thread.is_alive()
+            if self._abandoned:
                 log.warning("tracker: run %s: the embedding statistics did not finish within %g s; the last "
                             "ones are left out", self.run.run_id, timeout)
+                return
+        self._work()
 
 
 def _lower_priority() -> None:
