@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +15,6 @@ from tracker import runsets
 from tracker.errors import ConfigError, RunError
 from tracker.store.local import Store
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _loss(scheme: str, seed: int, step: int) -> float:
@@ -92,32 +90,33 @@ def test_class_diff_puts_rare_classes_first(home: Path) -> None:
     assert diff["Δ focal2"].to_list() == pytest.approx([0.2, 0.1])
 
 
-def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"TRACKER_HOME": str(home), "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "tracker.cli", "runs", *args], capture_output=True, text=True,
-                          env=env, timeout=60)
+def _cli(home: Path, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from tracker.cli import build_cli
+
+    return CliRunner().invoke(build_cli(), [args[0], *args[1:], "--home", str(home)] if args[0] == "export"
+                              else ["runs", *args, "--home", str(home)], catch_exceptions=False)
 
 
 def test_cli_compare_and_groups(home: Path) -> None:
     out = _cli(home, "compare", "ce0", "focal2", "--key", "loss", "--format", "json")
-    assert out.returncode == 0, out.stderr
+    assert out.exit_code == 0, out.output
     made = json.loads(out.stdout)
     assert [c["key"] for c in made["config"]] == ["loss.scheme", "seed"]
     assert {m["stat"] for m in made["metrics"]} >= {"last", "min", "max"}
     assert [c["class_name"] for c in made["classes"]] == ["rare", "common"]
     table = _cli(home, "compare", "ce0", "focal2")
-    assert table.returncode == 0 and "loss.scheme" in table.stdout and "rarest first" in table.stderr
+    assert table.exit_code == 0 and "loss.scheme" in table.stdout and "rarest first" in table.output
     out = _cli(home, "groups", "loss.scheme", "--key", "loss", "--format", "json")
-    assert out.returncode == 0, out.stderr
+    assert out.exit_code == 0, out.output
     groups = json.loads(out.stdout)
     assert [g["n_runs"] for g in groups] == [3, 3] and not math.isnan(groups[0]["last_std"])
 
 
 def test_cli_export_with_a_logged_key_as_x(home: Path) -> None:
-    env = {"TRACKER_HOME": str(home), "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-m", "tracker.cli", "export", "ce1", "--x", "epoch"], capture_output=True,
-                         text=True, env=env, timeout=60)
-    assert out.returncode == 0, out.stderr
+    out = _cli(home, "export", "ce1", "--x", "epoch")
+    assert out.exit_code == 0, out.output
     lines = [line.split(",") for line in out.stdout.splitlines()]
     assert lines[0] == ["step", "key", "value", "wall_time", "rank", "x"]
     loss = [row for row in lines[1:] if row[1] == "loss"]
