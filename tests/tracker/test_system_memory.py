@@ -57,7 +57,7 @@ def test_a_slow_leak_far_from_the_limit_is_a_warning_on_its_level() -> None:
     onset = 30
     (event,) = _growth(_rss_run(400, onset, 2e6), {"planned_steps": 4000})
     assert event.severity == "warning" and event.data["rule"] == "min_growth"
-    assert event.data["window_samples"] >= 96
+    assert event.data["window_samples"] >= 24  # long_window
     assert event.data["projected_step"] > 4000
     assert event.step / STEPS_PER_SAMPLE - onset <= 200  # under 7 minutes at 2 s
 
