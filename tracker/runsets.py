@@ -1,7 +1,8 @@
 """Many runs side by side: per-run aggregates, groups of runs by config keys with mean and
 min-max / std bands, comparison of 2-N runs, and any logged key as the x axis.
 
-All of it is SQL over the store's views (``curves``, ``run_aggregates``, ``runs``), so it
+All of it is SQL over the store's views (``curves``, ``runs``; the SQL of ``run_aggregates``
+is written in, so the lake, whose views are older, answers too), so it
 sees spool rows and ingested rows alike, and a fork's inherited rows. A config key is a
 dotted path into the run's JSON config (``loss.scheme`` reads ``{"loss": {"scheme": ...}}``;
 a top-level key holding a dot, ``{"loss.scheme": ...}``, is read as well).
@@ -15,6 +16,7 @@ import re
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tracker.errors import ConfigError, RunError
+from tracker.schema import LINEAGE_VIEWS_SQL
 
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
@@ -22,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tracker.store import Store
 
 BANDS = ("minmax", "std")
+_AGGREGATES = LINEAGE_VIEWS_SQL["run_aggregates"]  # the view's SQL (a lake has no such view)
 _KEY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-/]*$")
 
 
@@ -83,7 +86,7 @@ def aggregates(store: Store, run_ids: Sequence[str] | None = None, keys: Sequenc
         where.append(f"list_contains({_ids_sql(run_ids)}, run_id)")
     if keys is not None:
         where.append(f"list_contains({_ids_sql(keys)}, key)")
-    sql = "SELECT * FROM run_aggregates" + (" WHERE " + " AND ".join(where) if where else "")
+    sql = f"SELECT * FROM ({_AGGREGATES})" + (" WHERE " + " AND ".join(where) if where else "")
     return store.query(sql + " ORDER BY run_id, key")
 
 
@@ -164,7 +167,7 @@ def group_summary(store: Store, config_keys: Sequence[str], key: str = "loss",
                min(a.last) AS last_min, max(a.last) AS last_max,
                avg(a.min) AS best_mean, stddev_samp(a.min) AS best_std, min(a.min) AS best_min,
                string_agg(r.run_id, ' ' ORDER BY r.run_id) AS runs
-        FROM runs r JOIN run_aggregates a ON a.run_id = r.run_id
+        FROM runs r JOIN ({_AGGREGATES}) a ON a.run_id = r.run_id
         WHERE {' AND '.join(where)}
         GROUP BY 1 ORDER BY last_mean"""
     return store.query(sql)

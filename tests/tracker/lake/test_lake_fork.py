@@ -1,5 +1,5 @@
 """The lake has no lineage columns: a fork there is refused with an error naming the fix,
-and a lake store keeps working with the lineage-aware local schema beside it."""
+a local store's forks are left out of a push, and the lake answers the aggregates."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ def test_fork_in_the_lake_is_refused_and_the_lake_keeps_working(lake, home: Path
     rows = tracker.query("SELECT run_id, count(*) AS n FROM curves GROUP BY run_id").rows()
     assert rows == [("base", 5)]
     assert tracker.query("SELECT run_id, status FROM run_summary").rows() == [("base", "finished")]
+    from tracker import runsets
+    from tracker.store import Store
+
+    agg = runsets.aggregates(Store(), ["base"], ["loss"]).row(0, named=True)  # the lake answers without the view
+    assert agg["n_points"] == 5 and agg["last"] == 0.2 and agg["max_step"] == 0
 
 
 def test_push_from_a_local_store_leaves_forks_out(lake, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
