@@ -61,11 +61,23 @@ def config_value_sql(key: str, column: str = "r.config") -> str:
 def x_axis_sql(x_key: str) -> str:
     """The SQL of each visible row of ``curves`` with ``x``, the value of ``x_key`` (e.g.
     ``epoch``) last logged at or before its step by the same run and rank (an ASOF join,
-    so ``epoch`` logged once per epoch still labels every batch row)."""
+    so ``epoch`` logged once per epoch still labels every batch row). Rows before the
+    key's first row have no x and are left out. For ``epoch``, an imported history (a
+    run tagged ``import:...``, whose steps are epochs: a results.csv) that never logged
+    ``epoch`` takes its step as x, so it shares the axis with a run tracked per batch.
+    Use it as a subquery: ``SELECT ... FROM ({x_axis_sql('epoch')}) c WHERE ...``."""
+    key = _key_text(x_key)
+    fallback = "FALSE"
+    if x_key == "epoch":
+        fallback = (f"c.run_id IN (SELECT run_id FROM runs WHERE len(list_filter(tags, t -> starts_with(t, 'import:'))) > 0 "
+                    f"AND run_id NOT IN (SELECT DISTINCT run_id FROM curves WHERE key = '{key}'))")
     return f"""
-        SELECT c.run_id, c.rank, c.step, c.key, c.value, c.wall_time, xs.value AS x
-        FROM curves c ASOF JOIN (SELECT run_id, rank, step, value FROM curves WHERE key = '{_key_text(x_key)}') xs
-          ON c.run_id = xs.run_id AND c.rank = xs.rank AND c.step >= xs.step"""
+        SELECT * FROM (
+            SELECT c.run_id, c.rank, c.step, c.key, c.value, c.wall_time,
+                   CASE WHEN {fallback} THEN CAST(c.step AS DOUBLE) ELSE xs.value END AS x
+            FROM curves c ASOF LEFT JOIN (SELECT run_id, rank, step, value FROM curves WHERE key = '{key}') xs
+              ON c.run_id = xs.run_id AND c.rank = xs.rank AND c.step >= xs.step)
+        WHERE x IS NOT NULL"""
 
 
 def _key_text(key: str) -> str:

@@ -66,8 +66,28 @@ def test_group_summary_and_bands(home: Path) -> None:
 
 
 def test_x_axis_sql_labels_every_row_with_the_last_value_at_or_before_it(home: Path) -> None:
-    rows = Store(home).query(runsets.x_axis_sql("epoch") + " WHERE c.run_id = 'ce0' AND c.key = 'loss' ORDER BY c.step")
+    rows = Store(home).query(f"SELECT * FROM ({runsets.x_axis_sql('epoch')}) c WHERE c.run_id = 'ce0' AND c.key = 'loss' ORDER BY c.step")
     assert rows["x"].to_list() == [float(s // 5) for s in range(20)]
+
+
+def test_epoch_as_x_takes_an_imported_historys_step(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    batch = tracker.init("p", home=home, system=False, run_id="batch")
+    for step in range(12):  # 4 batches per epoch; epoch (completed, 1-based) logged at an epoch's last batch
+        batch.log({"loss": 1.0 / (step + 1), **({"epoch": float((step + 1) // 4)} if step % 4 == 3 else {})}, step=step)
+    batch.finish()
+    imported = tracker.init("p", home=home, system=False, run_id="csv", tags=["import:ultralytics"])
+    for epoch in (1, 2, 3):
+        imported.log({"loss": 0.5 / epoch}, step=epoch)
+    imported.finish()
+    plain = tracker.init("p", home=home, system=False, run_id="other")
+    plain.log({"loss": 1.0}, step=0)
+    plain.finish()
+    rows = Store(home).query(f"SELECT * FROM ({runsets.x_axis_sql('epoch')}) WHERE key = 'loss' ORDER BY run_id, step")
+    by_run = {r: rows.filter(rows["run_id"] == r)["x"].to_list() for r in ("batch", "csv", "other")}
+    assert by_run["batch"] == [1.0] * 4 + [2.0] * 4 + [3.0]  # steps 0-2 come before the first epoch row
+    assert by_run["csv"] == [1.0, 2.0, 3.0] and by_run["other"] == []
+    assert runsets.x_axis_sql("samples_seen").count("import:") == 0
 
 
 def test_compare_shows_only_differences_and_side_by_side_metrics(home: Path) -> None:
