@@ -180,6 +180,14 @@ def m003_views_without_a_step_sentinel(con: duckdb.DuckDBPyConnection) -> None:
     2**63 - 1, which hid a row logged at that very step)."""
     for name, sql in VIEWS_SQL.items():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+    if _has_lineage(con):  # re-applied after m004 (a store mended by hand): keep the fork views
+        for name, sql in LOCAL_VIEWS_SQL.items():
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+
+
+def _has_lineage(con: duckdb.DuckDBPyConnection) -> bool:
+    return bool(con.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = 'runs' "
+                            "AND column_name = 'parent_run_id' AND table_catalog = current_database()").fetchone()[0])
 
 
 @migration

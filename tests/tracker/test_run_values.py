@@ -126,4 +126,4 @@ def test_a_store_with_the_old_views_is_migrated(home) -> None:  # type: ignore[n
         assert con.execute("SELECT count(*) FROM curves").fetchone() == (1,)
         assert "m003_views_without_a_step_sentinel" in {r[0] for r in con.execute(
             "SELECT name FROM schema_migrations").fetchall()}
-    assert schema.MIGRATIONS[-1][0] == "m003_views_without_a_step_sentinel"
+    assert "m003_views_without_a_step_sentinel" in [name for name, _ in schema.MIGRATIONS]
