@@ -519,6 +519,7 @@ def schema_info(src: Source) -> pl.DataFrame:
         """SELECT table_name AS "table", column_name AS "column", data_type AS type
            FROM information_schema.columns
            WHERE table_name IN ('runs', 'segments', 'metrics', 'class_metrics', 'classes', 'events',
-                                'curves', 'class_curves', 'hidden_metrics', 'segment_bounds', 'run_summary')
+                                'curves', 'class_curves', 'hidden_metrics', 'segment_bounds', 'run_summary',
+                                'run_aggregates', 'run_lineage')
            GROUP BY ALL ORDER BY "table", min(ordinal_position)""",
     )
