@@ -120,6 +120,12 @@ def test_per_class_cls_loss_sums_to_the_batch_cls_loss(trained: Trained) -> None
             assert s == pytest.approx(total[step], rel=1e-5), step
 
 
+def test_data_time_of_every_batch_is_logged_for_the_stall_detector(trained: Trained) -> None:
+    series = _series(trained, trained.plain, "sys/data_time")
+    assert sorted(series) == sorted(_series(trained, trained.plain, "train/box_loss"))
+    assert all(0 < v < 60 for v in series.values()), series
+
+
 def test_epoch_metrics_at_the_last_batch_and_no_phantom_epoch(trained: Trained) -> None:
     batches = 4
     rows = _results_csv(trained, "plain")
