@@ -222,7 +222,8 @@ def test_keys_bounds_labels_and_events(store) -> None:
 def test_schema_lists_every_table_and_view(store) -> None:
     schema = queries.schema_info(store)
     assert set(schema["table"]) == {"runs", "segments", "metrics", "class_metrics", "classes", "events",
-                                    "curves", "class_curves", "hidden_metrics", "segment_bounds", "run_summary"}
+                                    "curves", "class_curves", "hidden_metrics", "segment_bounds", "run_summary",
+                                    "run_aggregates", "run_lineage"}
     assert schema.filter(pl.col("table") == "metrics")["column"].to_list() == [
         "run_id", "rank", "segment", "step", "key", "value", "wall_time"]
 
