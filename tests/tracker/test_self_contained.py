@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# '../shared', 'parents[N] / "shared"', '"/work/..."': a sibling folder or an absolute machine path
+# a path to a sibling folder (dot-dot, or parents[N] then the folder's name) or an absolute machine path
 OUTSIDE = re.compile(
     r"\.\./shared|parents\[\d\]\s*/\s*[\"']shared|[\"']/work/|[\"']/home/[a-z]"
 )
