@@ -102,7 +102,7 @@ def runs_table(
     sort: str = "created_at",
     descending: bool = True,
 ) -> pl.DataFrame:
-    """The runs with their summary, loss key, best loss and its step, last loss and the
+    """The runs with their summary, loss key, best (lowest) loss and its step, highest and last loss and the
     fork they come from (``PARENT@STEP``), filtered and sorted.
 
     Filters combine with AND; within one filter any listed value matches. ``text``
@@ -133,6 +133,7 @@ def runs_table(
         WITH per_key AS (
             SELECT run_id, key, count(*) AS n, max(step) AS last_step, count(*) FILTER (WHERE rank = 0) AS n0,
                    min(value) FILTER (WHERE rank = 0 AND isfinite(value)) AS best_loss,
+                   max(value) FILTER (WHERE rank = 0 AND isfinite(value)) AS max_loss,
                    arg_min(step, value) FILTER (WHERE rank = 0 AND isfinite(value)) AS best_step,
                    arg_max(value, step) FILTER (WHERE rank = 0) AS last_loss
             FROM curves GROUP BY run_id, key),
@@ -142,7 +143,7 @@ def runs_table(
             SELECT run_id, arg_min(key, (CASE {order} WHEN key LIKE 'loss/%' THEN 10 ELSE 20 END, key)) AS key
             FROM per_key WHERE {pick_where} GROUP BY run_id),
         loss AS (
-            SELECT k.run_id, k.key AS loss_key, k.best_loss, k.best_step, k.last_loss
+            SELECT k.run_id, k.key AS loss_key, k.best_loss, k.best_step, k.max_loss, k.last_loss
             FROM per_key k JOIN pick p ON p.run_id = k.run_id AND p.key = k.key WHERE k.n0 > 0),
         segs AS (SELECT run_id, count(*) AS segments FROM segments GROUP BY run_id),
         forks AS (  -- lineage read by name: a lake's runs have no such columns (no forks there)
@@ -152,7 +153,7 @@ def runs_table(
         SELECT s.run_id, s.project, s.name, s.status, s.created_at, s.updated_at,
                date_diff('millisecond', s.created_at, s.updated_at) / 1000.0 AS duration_s,
                pt.last_step, coalesce(pt.n_points, 0) AS n_points, coalesce(g.segments, 0) AS segments,
-               l.loss_key, l.best_loss, l.best_step, l.last_loss, f.fork_of,
+               l.loss_key, l.best_loss, l.best_step, l.max_loss, l.last_loss, f.fork_of,
                s.tags, CAST(s.config AS VARCHAR) AS config
         FROM runs s LEFT JOIN points pt ON pt.run_id = s.run_id LEFT JOIN segs g ON g.run_id = s.run_id
         LEFT JOIN loss l ON l.run_id = s.run_id LEFT JOIN forks f ON f.run_id = s.run_id

@@ -63,7 +63,7 @@ def test_runs_page_lists_filters_and_selects(open_page: Any, store: Any) -> None
     at = open_page("runs")
     table = at.dataframe[0].value
     assert sorted(table["run_id"]) == ["run-bce", "run-detr", "run-w"]
-    assert {"status", "best_loss", "last_loss", "tags", "config.lr", "duration_s", "last_step"} <= set(table.columns)
+    assert {"status", "best_loss", "max_loss", "last_loss", "tags", "config.lr", "duration_s", "last_step"} <= set(table.columns)
     row = table.set_index("run_id").loc["run-bce"]
     assert row["status"] == "finished" and row["tags"] == "baseline" and row["last_step"] == 299
     status = next(m for m in at.multiselect if m.label == "Status")

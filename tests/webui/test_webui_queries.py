@@ -136,6 +136,7 @@ def test_runs_table_summary_and_loss(store, seeded) -> None:
     assert row["run-bce"]["loss_key"] == "loss/total" and row["run-detr"]["loss_key"] == "loss"
     assert row["run-bce"]["best_loss"] == pytest.approx(seeded.bce_total(299))
     assert row["run-bce"]["last_loss"] == pytest.approx(seeded.bce_total(299))
+    assert row["run-bce"]["max_loss"] == pytest.approx(max(seeded.bce_total(s) for s in range(300)))
     assert row["run-w"]["best_loss"] == pytest.approx(seeded.w_total(259, 1))
     assert math.isnan(row["run-w"]["last_loss"])
     assert row["run-w"]["status"] == "finished" and row["run-w"]["segments"] == 2 and row["run-w"]["last_step"] == 260

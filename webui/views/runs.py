@@ -37,7 +37,7 @@ def table() -> None:
         pl.col("duration_s").round(1), pl.col("tags").list.join(", ")
     )
     first = ["name", "project", "status", "created_at", "duration_s", "last_step", "loss_key", "best_loss",
-             "last_loss", "tags"]
+             "max_loss", "last_loss", "tags"]
     shown = shown.select(*first, pl.exclude(first))
     st.caption(f"{runs.height} of {everything.height} runs" + (" · live" if live else ""))
     event = st.dataframe(
@@ -47,6 +47,7 @@ def table() -> None:
             "updated_at": st.column_config.DatetimeColumn("updated", format="YYYY-MM-DD HH:mm:ss"),
             "duration_s": st.column_config.NumberColumn("duration (s)"),
             "best_loss": st.column_config.NumberColumn("best loss", format="%.5g"),
+            "max_loss": st.column_config.NumberColumn("max loss", format="%.5g"),
             "last_loss": st.column_config.NumberColumn("last loss", format="%.5g"),
             "best_step": st.column_config.NumberColumn("best step"),
             "fork_of": st.column_config.TextColumn("fork of", help="PARENT@STEP: shares the parent's rows up to STEP"),
