@@ -172,7 +172,7 @@ def run_rounds(home: Path, rounds: int, *, seed: int = 0, target: int = 10**9, m
         t_ing = rng.uniform(0.0, max_kill_s + 1.0)
         lines: list[str] = []
         if rng.random() < early_share:  # a kill while Python starts or tracker.init resumes
-            time.sleep(rng.uniform(0.0, 1.5))
+            time.sleep(rng.uniform(0.0, 0.3))  # within a quiet machine's start (about 0.4 s to init)
         else:  # a kill while logging (and flushing, and maybe ingesting)
             lines += _read_line(proc, 60.0)
             time.sleep(rng.uniform(0.0, max_kill_s))
