@@ -130,7 +130,7 @@ def query_level(store: Store, repeat: int) -> dict[str, tuple[float, float]]:
     """The query functions plus the chart build, with Streamlit out of the way."""
     import altair as alt
 
-    from webui import charts, class_queries, queries
+    from webui import charts, class_charts, class_queries, queries
 
     alt.data_transformers.disable_max_rows()  # as in the app: Streamlit ships the rows as Arrow
 
@@ -152,7 +152,7 @@ def query_level(store: Store, repeat: int) -> dict[str, tuple[float, float]]:
 
     def heatmap() -> Any:
         view = class_queries.class_view(store, RUN, CLASS_KEY, buckets=200, last_steps=1000)
-        return charts.heatmap_chart(view.cells, key=CLASS_KEY).to_dict()
+        return class_charts.heatmap_chart(view.cells, key=CLASS_KEY).to_dict()
 
     out = {}
     out["first render (query + chart)"], _ = timed(first_render, repeat)
