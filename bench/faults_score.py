@@ -29,43 +29,14 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from tracker.analysis.scoring import Score as DetectorScore
+from tracker.analysis.scoring import Window, tally
+
 OUT = Path(__file__).resolve().parent / "out" / "faults"
 TARGET = 0.9
-
-
-@dataclass
-class DetectorScore:
-    """Hits, misses, false alarms and lead times of one detector over a set of runs."""
-
-    detector: str
-    tp: int = 0
-    fp: int = 0
-    fn: int = 0
-    runs: int = 0
-    lead_steps: list[int] = field(default_factory=list)
-    lead_seconds: list[float] = field(default_factory=list)
-    misses: list[str] = field(default_factory=list)
-    alarms: list[str] = field(default_factory=list)
-
-    @property
-    def precision(self) -> float | None:
-        """tp / (tp + fp); None when nothing was flagged."""
-        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
-
-    @property
-    def recall(self) -> float | None:
-        """tp / (tp + fn); None when nothing was labelled."""
-        return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain values for JSON."""
-        return {"detector": self.detector, "precision": self.precision, "recall": self.recall, "tp": self.tp,
-                "fp": self.fp, "fn": self.fn, "runs": self.runs, "lead_steps": self.lead_steps,
-                "lead_seconds": self.lead_seconds, "misses": self.misses, "false_alarms": self.alarms}
 
 
 def load_records(out: Path) -> list[dict[str, Any]]:
@@ -76,17 +47,12 @@ def load_records(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _hits(label: dict[str, Any], events: list[Any]) -> list[Any]:
-    out = []
-    for e in events:
-        if e.kind != label["kind"] or not label["lo"] <= e.step <= label["hi"]:
-            continue
-        if label.get("key") and e.key != label["key"]:
-            continue
-        if label.get("classes") and not set(label["classes"]) <= set((e.data or {}).get("classes", [])):
-            continue
-        out.append(e)
-    return sorted(out, key=lambda e: e.step)
+def _matches(window: Window, e: Any) -> bool:
+    """Whether event ``e`` is on the label's key and names its classes, where the label says."""
+    label = window.label
+    if label.get("key") and e.key != label["key"]:
+        return False
+    return not (label.get("classes") and not set(label["classes"]) <= set((e.data or {}).get("classes", [])))
 
 
 def _seconds(home: Path, run_id: str, start: int, end: int) -> float | None:
@@ -102,30 +68,16 @@ def _seconds(home: Path, run_id: str, start: int, end: int) -> float | None:
 
 def judge(record: dict[str, Any], events: list[Any], kinds: Iterable[str], scores: dict[str, DetectorScore],
           home: Path) -> None:
-    """Add one run's verdicts to ``scores`` (kind -> DetectorScore)."""
+    """Add one run's verdicts to ``scores`` (kind -> DetectorScore), by :func:`tracker.analysis.scoring.tally`."""
     for kind in kinds:
         score = scores.setdefault(kind, DetectorScore(kind))
-        score.runs += 1
-        labels = [lb for lb in record["labels"] if lb["kind"] == kind]
-        mine = [e for e in events if e.kind == kind]
-        for label in labels:
-            if label.get("optional"):
-                continue
-            found = _hits(label, mine)
-            if not found:
-                score.fn += 1
-                score.misses.append(record["name"])
-                continue
-            score.tp += 1
-            score.lead_steps.append(found[0].step - label["onset"])
-            seconds = _seconds(home, record["run_id"], label["onset"], found[0].step)
+        labels = [Window(lb["onset"], lb["lo"], lb["hi"], bool(lb.get("optional")), lb)
+                  for lb in record["labels"] if lb["kind"] == kind]
+        hits = tally(score, record["name"], labels, [e for e in events if e.kind == kind], _matches)
+        for label, found in hits:
+            seconds = _seconds(home, record["run_id"], label.onset, found.step)
             if seconds is not None:
                 score.lead_seconds.append(seconds)
-        start = min((lb["lo"] for lb in labels), default=None)
-        stray = [e for e in mine if start is None or e.step < start]
-        if stray:
-            score.fp += 1
-            score.alarms.append(f"{record['name']}@{stray[0].step}")
 
 
 def score(records: list[dict[str, Any]], home: Path) -> dict[str, dict[str, DetectorScore]]:

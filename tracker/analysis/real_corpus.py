@@ -11,9 +11,10 @@ Rules:
   without labels has no fault: any finding on it is a false positive.
 * Runs are imported with the registered Ultralytics importer (the one
   ``tracker import ultralytics`` uses) and judged by ``tracker.analyze``.
-* Scoring is per run and kind: the first event of a kind is a true positive when
-  the run has a label of that kind, else a false positive; a label without an event
-  is a false negative. Lead time is the event's step minus the label's onset (how
+* Scoring is per run and kind, by :func:`tracker.analysis.scoring.tally` (the rule
+  the fault corpus scores with too): the first event of a kind is a true positive
+  when the run has a label of that kind, else a false positive; a label without an
+  event is a false negative. Lead time is the event's step minus the label's onset (how
   long the fault had lasted when the analysis said so; 0 for ``stopped_early``,
   which can only be told at the end). For overfitting the best epoch named is
   compared with the label's.
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from tracker.analysis.scoring import Score, Window, tally
 from tracker.errors import DataError
 
 KINDS = ("overfitting", "metric_collapse", "zero_loss", "stopped_early", "non_finite", "divergence")
@@ -112,48 +114,24 @@ def detections(events: Iterable[Any]) -> dict[str, Detection]:
 
 
 @dataclass
-class Score:
-    """Precision, recall and lead times of one kind on one part of the corpus."""
+class RealScore(Score):
+    """A :class:`~tracker.analysis.scoring.Score` plus, for overfitting, how far the best epoch named is off."""
 
-    kind: str
-    tp: int = 0
-    fp: int = 0
-    fn: int = 0
-    leads: list[int] = field(default_factory=list)
     best_errors: list[int] = field(default_factory=list)
-    misses: list[str] = field(default_factory=list)
-    false: list[str] = field(default_factory=list)
-
-    @property
-    def precision(self) -> float | None:
-        """TP / (TP + FP); None without any event."""
-        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
-
-    @property
-    def recall(self) -> float | None:
-        """TP / (TP + FN); None without any label."""
-        return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
 
 
-def score(runs: Iterable[RealRun], found: Mapping[str, Mapping[str, Detection]]) -> dict[str, dict[str, Score]]:
-    """``{"holdout": {kind: Score}, "tuning": {...}}`` (see the module doc)."""
-    out = {part: {k: Score(k) for k in KINDS} for part in ("holdout", "tuning")}
+def score(runs: Iterable[RealRun], found: Mapping[str, Mapping[str, Detection]]) -> dict[str, dict[str, RealScore]]:
+    """``{"holdout": {kind: RealScore}, "tuning": {...}}`` by :func:`tracker.analysis.scoring.tally` (module doc)."""
+    out = {part: {k: RealScore(k) for k in KINDS} for part in ("holdout", "tuning")}
     for run in runs:
         part = out["holdout" if run.holdout else "tuning"]
         got = found.get(run.name, {})
         for kind in KINDS:
-            s, label, det = part[kind], run.labels.get(kind), got.get(kind)
-            if label and det:
-                s.tp += 1
-                s.leads.append(det.step - label.onset)
-                if kind == "overfitting" and label.best is not None and det.data.get("best_step") is not None:
-                    s.best_errors.append(abs(int(det.data["best_step"]) - label.best))
-            elif label:
-                s.fn += 1
-                s.misses.append(run.name)
-            elif det:
-                s.fp += 1
-                s.false.append(run.name)
+            label, det = run.labels.get(kind), got.get(kind)
+            windows = [Window(label.onset, label=label)] if label else []
+            for lab, hit in tally(part[kind], run.name, windows, [det] if det else []):
+                if kind == "overfitting" and lab.label.best is not None and hit.data.get("best_step") is not None:
+                    part[kind].best_errors.append(abs(int(hit.data["best_step"]) - lab.label.best))
     return out
 
 
@@ -161,20 +139,20 @@ def _num(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def format_table(scores: Mapping[str, Score], title: str) -> str:
+def format_table(scores: Mapping[str, RealScore], title: str) -> str:
     """A plain-text table of one part's scores."""
     head = f"{'verdict':16} {'P':>5} {'R':>5} {'TP':>3} {'FP':>3} {'FN':>3} {'lead mean':>9} {'lead med':>8}  notes"
     lines = [title, head, "-" * len(head)]
     for kind, s in scores.items():
-        mean = statistics.fmean(s.leads) if s.leads else None
-        med = statistics.median(s.leads) if s.leads else None
+        mean = statistics.fmean(s.lead_steps) if s.lead_steps else None
+        med = statistics.median(s.lead_steps) if s.lead_steps else None
         notes = []
         if s.best_errors:
             notes.append(f"best epoch within {max(s.best_errors)} of the label")
         if s.misses:
             notes.append("missed: " + ", ".join(s.misses))
-        if s.false:
-            notes.append("false: " + ", ".join(s.false))
+        if s.alarms:
+            notes.append("false: " + ", ".join(s.alarms))
         lines.append(f"{kind:16} {_num(s.precision):>5} {_num(s.recall):>5} {s.tp:>3} {s.fp:>3} {s.fn:>3} "
                      f"{_num(mean, 1):>9} {_num(med, 1):>8}  {'; '.join(notes)}")
     return "\n".join(lines)
