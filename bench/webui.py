@@ -33,14 +33,13 @@ sys.path.insert(0, str(ROOT))
 
 import argparse
 import os
-import shutil
-import statistics
 import time
 from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 
+from bench._timing import ensure_store, report, timed  # noqa: E402
 from tracker import spool  # noqa: E402
 from tracker.spool import SegmentInfo  # noqa: E402
 from tracker.store import Store  # noqa: E402
@@ -111,19 +110,8 @@ def build(home: Path, steps_n: int) -> None:
     spool.atomic_write_json(folder / "run.json", meta)
     SegmentInfo(run_id=RUN, rank=0, segment=0, start_step=0, reason="start", started_at=t0,
                 last_step=steps_n - 1, ended_at=t0 + steps_n * 0.05, heartbeat=t0 + steps_n * 0.05).save(home)
-    report = Store(home).ingest(timeout=60)
-    print(f"  ingested {report.rows:,} rows from {report.files} files")
-
-
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[tuple[float, float], Any]:
-    """Median wall and CPU seconds (all threads of this process) of ``repeat`` calls, and the last result."""
-    walls, cpus, result = [], [], None
-    for _ in range(repeat):
-        t, c = time.perf_counter(), time.process_time()
-        result = fn()
-        walls.append(time.perf_counter() - t)
-        cpus.append(time.process_time() - c)
-    return (statistics.median(walls), statistics.median(cpus)), result
+    ingested = Store(home).ingest(timeout=60)
+    print(f"  ingested {ingested.rows:,} rows from {ingested.files} files")
 
 
 def query_level(store: Store, repeat: int) -> dict[str, tuple[float, float]]:
@@ -155,10 +143,10 @@ def query_level(store: Store, repeat: int) -> dict[str, tuple[float, float]]:
         return class_charts.heatmap_chart(view.cells, key=CLASS_KEY).to_dict()
 
     out = {}
-    out["first render (query + chart)"], _ = timed(first_render, repeat)
-    out["zoom 1,000 steps (full detail)"], _ = timed(zoom(500_000, 500_999), repeat)
-    out["zoom 100,000 steps (downsampled)"], _ = timed(zoom(400_000, 499_999), repeat)
-    out["heatmap 80 x 200 + ranking (query + chart)"], _ = timed(heatmap, repeat)
+    out["first render (query + chart)"] = timed(first_render, repeat)
+    out["zoom 1,000 steps (full detail)"] = timed(zoom(500_000, 500_999), repeat)
+    out["zoom 100,000 steps (downsampled)"] = timed(zoom(400_000, 499_999), repeat)
+    out["heatmap 80 x 200 + ranking (query + chart)"] = timed(heatmap, repeat)
     return out
 
 
@@ -180,13 +168,13 @@ def app_level(home: Path) -> dict[str, tuple[float, float]]:
     out = {}
     st.cache_data.clear()
     at = page("curves", run=RUN, key="loss/total")
-    out["curves page, first render (AppTest)"], _ = timed(at.run, 1)
+    out["curves page, first render (AppTest)"] = timed(at.run, 1)
     slider = next(s for s in at.slider if s.label.startswith("Step range"))
     slider.set_value((500_000, 500_999))
-    out["curves page, zoom to 1,000 steps (AppTest)"], _ = timed(at.run, 1)
+    out["curves page, zoom to 1,000 steps (AppTest)"] = timed(at.run, 1)
     st.cache_data.clear()
     at = page("classes", run=RUN)
-    out["per-class page, whole (AppTest)"], _ = timed(at.run, 1)
+    out["per-class page, whole (AppTest)"] = timed(at.run, 1)
     assert not at.exception, [e.value for e in at.exception]
     return out
 
@@ -207,15 +195,7 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true")
     args = parser.parse_args()
     home = ROOT / "bench" / "out" / f"webui-{args.steps}"
-    if args.rebuild and home.exists():
-        shutil.rmtree(home)
-    if not (home / "tracker.duckdb").exists():
-        if home.exists():
-            shutil.rmtree(home)
-        print(f"building the store in {home} (once) ...")
-        t = time.perf_counter()
-        build(home, args.steps)
-        print(f"  built in {time.perf_counter() - t:.1f} s")
+    ensure_store(home, args.rebuild, lambda h: build(h, args.steps))
     store = Store(home)
     n = store.query("SELECT count(*) AS n FROM metrics")["n"][0]
     c = store.query("SELECT count(*) AS n FROM class_metrics")["n"][0]
@@ -224,13 +204,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, load average {load:.1f} at start (figures are medians of "
           f"{args.repeat}; other processes on the machine slow them down)")
     figures = {**query_level(store, args.repeat), **app_level(home)}
-    print(f"load average {os.getloadavg()[0]:.1f} at the end")
-    width = max(map(len, figures))
-    print(f"  {'':<{width}}     wall    (CPU, both cores)")
-    for name, (seconds, cpu) in figures.items():
-        target = next((v for k, v in TARGETS.items() if k in name), None)
-        ratio = f"  {seconds / target:.2f} x the {target:g} s target" if target else ""
-        print(f"  {name:<{width}}  {seconds:6.3f} s  ({cpu:6.3f} s){ratio}")
+    report(figures, TARGETS, "CPU, both cores")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,6 @@ sys.path.insert(0, str(ROOT))
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Callable  # noqa: E402
@@ -36,6 +34,7 @@ from typing import Any, Callable  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
+from bench._timing import ensure_store, report, timed  # noqa: E402
 from tracker.store import Store  # noqa: E402
 
 SCHEMES = ("ce", "focal", "eqlv2", "cw-bce")
@@ -89,17 +88,6 @@ def build(home: Path, n: int) -> None:
             con.unregister("_m")
         con.execute("UPDATE segments SET end_step = CASE WHEN run_id LIKE 'long%' THEN "
                     f"{LONG_STEPS - 1} ELSE {SHORT_STEPS - 1} END")
-
-
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float]:
-    """Median wall and CPU seconds (all threads of this process) of ``repeat`` calls."""
-    walls, cpus = [], []
-    for _ in range(repeat):
-        t, c = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - t)
-        cpus.append(time.process_time() - c)
-    return statistics.median(walls), statistics.median(cpus)
 
 
 def figures(home: Path, n: int, repeat: int) -> dict[str, tuple[float, float]]:
@@ -165,27 +153,12 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true")
     args = parser.parse_args(sys.argv[2:] if sys.argv[1:2] == ["many-runs"] else None)
     home = ROOT / "bench" / "out" / f"webui-runs-{args.runs}"
-    if args.rebuild and home.exists():
-        shutil.rmtree(home)
-    if not (home / "tracker.duckdb").exists():
-        if home.exists():
-            shutil.rmtree(home)
-        print(f"building the store in {home} (once) ...")
-        t = time.perf_counter()
-        build(home, args.runs)
-        print(f"  built in {time.perf_counter() - t:.1f} s")
+    ensure_store(home, args.rebuild, lambda h: build(h, args.runs))
     n = Store(home).query("SELECT count(*) AS n FROM metrics")["n"][0]
     print(f"store: {args.runs + LONG_RUNS:,} runs, {n:,} scalar rows")
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start "
           f"(medians of {args.repeat}; other processes on the machine slow them down)")
-    found = figures(home, args.runs, args.repeat)
-    print(f"load average {os.getloadavg()[0]:.1f} at the end")
-    width = max(map(len, found))
-    print(f"  {'':<{width}}     wall    (CPU, all threads)")
-    for name, (seconds, cpu) in found.items():
-        target = None if name.startswith("  ") else next((v for k, v in TARGETS.items() if k in name), None)
-        ratio = f"  {seconds / target:.2f} x the {target:g} s target" if target else ""
-        print(f"  {name:<{width}}  {seconds:6.3f} s  ({cpu:6.3f} s){ratio}")
+    report(figures(home, args.runs, args.repeat), TARGETS, "CPU, all threads")
 
 
 if __name__ == "__main__":
