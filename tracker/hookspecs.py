@@ -23,7 +23,7 @@ import pluggy
 if TYPE_CHECKING:  # pragma: no cover
     import click
 
-    from tracker.run import Run
+    from tracker.protocols import RunLike
 
 hookspec = pluggy.HookspecMarker("tracker")
 hookimpl = pluggy.HookimplMarker("tracker")
@@ -150,7 +150,7 @@ def tracker_plugin_status() -> str | None:
 
 
 @hookspec
-def tracker_run_start(run: "Run") -> None:
+def tracker_run_start(run: "RunLike") -> None:
     """A run started or resumed.
 
     Fires in the training process, on the training thread, after the run's segment
@@ -159,7 +159,7 @@ def tracker_run_start(run: "Run") -> None:
 
 
 @hookspec
-def tracker_run_end(run: "Run", status: str) -> None:
+def tracker_run_end(run: "RunLike", status: str) -> None:
     """A run ended with ``status`` (``finished``, ``crashed``, ``diverged``, ...).
 
     Fires in ``Run.finish()`` after the last flush. Returns nothing.

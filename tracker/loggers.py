@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 import pyarrow as pa
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tracker.run import Run
+    from tracker.protocols import RunLike
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class LoggerSession(Protocol):
 class Logger(Protocol):
     name: str
 
-    def open(self, run: "Run") -> LoggerSession: ...
+    def open(self, run: "RunLike") -> LoggerSession: ...
 
 
 class Lane:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from tracker.spool import SegmentInfo, atomic_write_json, read_json, run_dir
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tracker.run import Run
+    from tracker.protocols import RunLike
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 class RunMeta:
     """Writes ``run.json`` and this process's segment JSON (thread-safe)."""
 
-    def __init__(self, run: "Run"):
+    def __init__(self, run: "RunLike"):
         self.run = run
         self._lock = threading.Lock()
         self._failed = False
