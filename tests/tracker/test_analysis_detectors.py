@@ -283,3 +283,18 @@ def test_point_by_point_equals_one_chunk() -> None:
     analyzer = OnlineAnalyzer(builtin_detectors(), strict=True)
     many = [e for i in range(1400) for e in analyzer.feed("loss", np.arange(i, i + 1), values[i : i + 1])]
     assert signature(many) == signature(one)
+
+
+def test_a_converged_near_zero_loss_neither_diverges_nor_plateaus() -> None:
+    """A loss that fell from 2.3 to ~1e-5 and wobbles 2x there (a classifier that has learned its set) is
+    converged; the same wobble on a loss still at its starting level is a plateau."""
+    rng = np.random.default_rng(5)
+    t = np.arange(12000)
+    level = np.maximum(2.3 * np.exp(-t / 150.0), 2e-5)
+    wobble = np.exp(0.7 * np.sin(t / 90.0) + 0.5 * rng.standard_normal(t.size))
+    converged = run_curve(level * wobble)
+    assert not [e for e in converged if e.kind in ("divergence", "plateau")], kinds(converged)
+    assert [e for e in run_curve(level * wobble, divergence={"floor": 0}) if e.kind == "divergence"]
+    assert [e for e in run_curve(level * wobble, plateau={"converged": 0}) if e.kind == "plateau"]
+    stuck = run_curve(2.3 * np.exp(0.01 * rng.standard_normal(t.size)))
+    assert [e.kind for e in stuck if e.kind == "plateau"] == ["plateau"]

@@ -93,6 +93,7 @@ DIVERGENCE = DetectorSpec(
         Param("warmup", 50, "points before the running best counts", 0, None, True),
         Param("recover", 0.5, "recovered below best + recover x margin", 0.0, 1.0),
         Param("min_delta", 1e-6, "smallest margin above the best, in loss units", 0.0, None),
+        Param("floor", 0.05, "and at least this fraction of the curve's starting scale", 0.0, None),
     ),
 )
 
@@ -124,6 +125,7 @@ PLATEAU = DetectorSpec(
         Param("min_abs", 0.0, "and at least this many loss units", 0.0, None),
         Param("max_rise", 0.15, "a plateau stays within this fraction above the best", 0.0, None),
         Param("warmup", 100, "points before the best counts", 0, None, True),
+        Param("converged", 0.02, "no plateau once the best is below this fraction of the starting scale", 0.0, 1.0),
     ),
 )
 

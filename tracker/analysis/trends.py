@@ -4,6 +4,14 @@ Both smooth the finite values of a key with the trailing median of ``median``
 points followed by TensorBoard's debiased EMA (:mod:`tracker.analysis.smoothing`),
 and keep every piece of state between chunks, so they decide the same events
 whatever the chunking (see :mod:`tracker.analysis.detectors`).
+
+Both judge a curve against its own *starting scale*: the median of its first
+``min(warmup, 50)`` finite points (:class:`StartScale`; at least one). A loss that
+has fallen to a tiny fraction of where it began and wobbles there (a classifier at
+1e-5 whose batches swing 2x) is converged: relative changes of such values are
+large and mean nothing. So a divergence must also rise by ``floor`` times the
+starting scale, and a plateau is only a plateau while its best is still above
+``converged`` times the starting scale (stopped improving while still high).
 """
 
 from __future__ import annotations
@@ -18,6 +26,34 @@ from tracker.analysis.smoothing import BlockMedian, Ema, RollingMedian
 from tracker.events import Event
 
 
+HEAD = 50  # at most this many first points make the starting scale
+
+
+class StartScale:
+    """The median of a stream's first ``n`` finite points, ``n = clip(warmup, 1, HEAD)``; NaN until they are in.
+
+    ``update(x)`` takes the next finite values and returns the scale for each of them:
+    NaN for the first ``n - 1``, the (fixed) median from the ``n``-th on, so it is the
+    same whatever the chunking.
+    """
+
+    def __init__(self, warmup: int) -> None:
+        self.n = max(1, min(int(warmup), HEAD))
+        self.head: list[float] = []
+        self.value = math.nan
+        self.count = 0
+
+    def update(self, x: np.ndarray) -> np.ndarray:
+        """The scale at each of the next values ``x``."""
+        base = self.count
+        self.count += x.size
+        if len(self.head) < self.n:
+            self.head.extend(x[: self.n - len(self.head)].tolist())
+            if len(self.head) == self.n:
+                self.value = float(np.median(np.abs(np.asarray(self.head))))
+        return np.where(np.arange(base, base + x.size) >= self.n - 1, self.value, math.nan)
+
+
 def _onset(steps: np.ndarray, pos: int, rel: int, length: int, before: int | None) -> int | None:
     """Step where a run of ``length`` points ending at ``pos + rel`` began (``before`` if earlier)."""
     start = rel - length + 1
@@ -29,7 +65,8 @@ class Divergence:
 
     Smoothed value ``s`` (debiased EMA of the trailing median of ``median`` points, so
     a single huge spike cannot pass for a divergence), running best ``b`` (minimum of ``s`` after
-    ``warmup`` points), margin ``m = max((factor - 1) * |b|, min_delta)``. Diverged
+    ``warmup`` points), margin ``m = max((factor - 1) * |b|, min_delta, floor * scale)``
+    with ``scale`` the curve's starting scale (module doc). Diverged
     once ``s > b + m`` for ``patience`` points in a row (event, status ``diverged``);
     recovered once ``s <= b + recover * m`` for ``patience`` points in a row (event,
     status ``running``).
@@ -45,6 +82,8 @@ class Divergence:
         self.warmup = int(p["warmup"])
         self.recover = float(p["recover"])
         self.min_delta = float(p["min_delta"])
+        self.floor = float(p["floor"])
+        self.scale = StartScale(self.warmup)
         self.best = math.inf
         self.best_step: int | None = None
         self.diverged = False
@@ -60,13 +99,14 @@ class Divergence:
         if n == 0:
             return []
         s = self.ema.update(self.median.update(x))
+        floor = np.nan_to_num(self.floor * self.scale.update(x), nan=0.0)
         eligible = np.arange(self.ema.count - n, self.ema.count) >= self.warmup
         se = np.where(eligible, s, np.inf)
         best = np.minimum.accumulate(np.concatenate(([self.best], se)))
         improved = se < best[:-1]
         best = best[1:]
         last_new = np.maximum.accumulate(np.where(improved, np.arange(n), -1))
-        margin = np.maximum((self.factor - 1.0) * np.abs(best), self.min_delta)
+        margin = np.maximum(np.maximum((self.factor - 1.0) * np.abs(best), self.min_delta), floor)
         exceed = eligible & (s > best + margin)
         back = eligible & (s <= best + self.recover * margin)
         ctx = (steps, s, best, last_new)
@@ -110,6 +150,7 @@ class Divergence:
                 "onset_step": onset,
                 "factor": self.factor,
                 "patience": self.patience,
+                "start_scale": self.scale.value,
             }
         )
         if not self.diverged:
@@ -162,7 +203,8 @@ class Plateau:
     "improve" on its own noise. A plateau is reported, once per reference, at the
     first point at least ``window`` points after the last improvement where ``s`` is
     still within ``max_rise * |b|`` of ``b`` (a curve that rises instead is
-    diverging, not flat).
+    diverging, not flat) and ``b`` is still above ``converged`` times the starting
+    scale (module doc): a curve that fell below that and stays is converged.
     """
 
     def __init__(self, ctx: StreamContext) -> None:
@@ -179,6 +221,8 @@ class Plateau:
         self.min_abs = float(p["min_abs"])
         self.max_rise = float(p["max_rise"])
         self.warmup = int(p["warmup"])
+        self.converged = float(p["converged"])
+        self.scale = StartScale(self.warmup)
         self.ref = math.inf
         self.ref_margin = 0.0
         self.ref_index = 0
@@ -201,6 +245,7 @@ class Plateau:
             return []
         base = self.ema.count
         s = self.ema.update(self.median.update(x))
+        self.scale.update(x)
         s_prev = np.concatenate(([self.last_s], s[:-1]))
         jumps = np.abs(np.diff(np.concatenate(([self.last_x], x)))) / (np.abs(s_prev) + TINY)
         noise = self.noise.update(np.nan_to_num(jumps, nan=0.0)) * self.smooth_sd
@@ -231,7 +276,7 @@ class Plateau:
 
     def _check_plateau(self, steps: np.ndarray, s: np.ndarray, base: int, lo: int, hi: int, out: list[Event]) -> None:
         """Report a plateau between chunk positions ``lo`` and ``hi`` if one is due there."""
-        if self.reported or not math.isfinite(self.ref):
+        if self.reported or not math.isfinite(self.ref) or not self._high():
             return
         start = max(lo, self.ref_index + self.window - base)
         if start >= hi:
@@ -262,17 +307,23 @@ class Plateau:
                         "points_since": base + i - self.ref_index,
                         "window": self.window,
                         "min_delta": self.min_delta,
+                        "start_scale": self.scale.value,
                     }
                 ),
             )
         )
+
+    def _high(self) -> bool:
+        """Whether the reference best is still above ``converged`` x the starting scale (not converged)."""
+        scale = self.scale.value
+        return not math.isfinite(scale) or abs(self.ref) > self.converged * scale
 
     def summary(self) -> dict[str, Any]:
         """Whether the curve is on a plateau at its end, and since when."""
         since = self.ema.count - 1 - self.ref_index
         flat = self.last_s <= self.ref + self.max_rise * abs(self.ref)
         return {
-            "plateaued": bool(math.isfinite(self.ref) and since >= self.window and flat),
+            "plateaued": bool(math.isfinite(self.ref) and since >= self.window and flat and self._high()),
             "last_improvement_step": self.ref_step,
             "plateaus": self.plateaus,
         }
