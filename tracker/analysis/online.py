@@ -296,21 +296,19 @@ def pivot_classes(steps: np.ndarray, index: np.ndarray, values: np.ndarray) -> t
 def make_online_analyzer(
     run_id: str | None = None,
     config: Mapping[str, Any] | None = None,
-    detectors: Mapping[str, DetectorSpec] | None = None,
+    *,
+    detectors: Mapping[str, DetectorSpec],
     class_names: list[str] | None = None,
     run: Any = None,
 ) -> OnlineAnalyzer | None:
     """The analyzer a run's flusher feeds, or None when the run opts out or nothing is enabled.
 
-    Pass ``run`` to name classes as the run does and to warm up a resumed run.
+    ``detectors`` are the registered ones (the caller asks its host). Pass ``run`` to
+    name classes as the run does and to warm up a resumed run.
     """
     settings = (config or {}).get("analysis")
     if settings is False or isinstance(settings, Mapping) and settings.get("enabled", True) is False:
         return None
-    if detectors is None:
-        from tracker.host import get_host
-
-        detectors = get_host().items("detectors")
     try:
         analyzer = OnlineAnalyzer(detectors, config=config, run_id=run_id)
     except TrackerError as exc:
