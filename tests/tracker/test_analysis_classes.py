@@ -13,7 +13,7 @@ from tracker.analysis.online import OnlineAnalyzer, pivot_classes
 from tracker.analysis.ranks import RankDisagreement
 from tracker.errors import ConfigError
 
-PARAMS = {"window": 50, "every": 50, "total_drop": 0.2, "class_drop": 0.05}
+PARAMS = {"window": 50, "every": 50, "total_drop": 0.2, "class_drop": 0.05, "lag": 30.0, "min_rows": 3}
 
 
 def class_matrix(rows: int = 300, classes: int = 8, stuck: tuple[int, ...] = (6, 7), seed: int = 0) -> np.ndarray:
@@ -95,3 +95,23 @@ def test_rank_disagreement_names_the_odd_ranks_once_per_grouping() -> None:
     two[2][3] = 6.0
     events = detector.detect(series(two))
     assert [(e.step, e.data["ranks"]) for e in events] == [(0, [1, 3]), (300, [2])]
+
+
+def test_a_rare_class_is_judged_where_it_occurs() -> None:
+    """A class in one batch of 15 (0 elsewhere) whose loss falls 1000x while the others fall 1e5x lags; the
+    same column with the others falling alike does not, and a class that is not there at all is not judged."""
+    rng = np.random.default_rng(4)
+    rows, t = 600, np.arange(600)[:, None]
+    m = (1 + t / 5.0) ** -2.0 * rng.lognormal(0, 0.3, (rows, 6))
+    rare = (1 + t[:, 0] / 5.0) ** -1.0 * rng.lognormal(0, 0.3, rows)
+    present = rng.random(rows) < 1 / 15
+    lagging = m.copy()
+    lagging[:, 5] = np.where(present, rare, 0.0)
+    (event,) = StagnantClasses(StreamContext("k", PARAMS)).feed(ClassChunk(np.arange(rows), lagging))
+    assert event.data["classes"] == [5] and event.data["lag"][0] >= 30 and "lagging: class 5" in event.message
+    alike = m.copy()
+    alike[:, 5] = np.where(present, m[:, 5], 0.0)
+    assert StagnantClasses(StreamContext("k", PARAMS)).feed(ClassChunk(np.arange(rows), alike)) == []
+    absent = m.copy()
+    absent[:, 5] = 0.0
+    assert StagnantClasses(StreamContext("k", PARAMS)).feed(ClassChunk(np.arange(rows), absent)) == []

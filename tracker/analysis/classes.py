@@ -4,18 +4,27 @@ Rules:
 
 * Input is a ``log_classes`` key as a matrix, one row per logged step, one column
   per class index (NaN where a class is missing).
-* The reference is the first ``window`` rows: per class, the median of its values;
-  for the total, the median of the row sums. Every ``every`` rows, once ``2 *
-  window`` rows exist, the last ``window`` rows are summarised the same way.
+* A class is judged on the rows where it *occurs* (a finite value above 0): a
+  per-class loss is 0 in a batch without that class, so a rare class's column is
+  mostly 0 and its plain median says nothing. Per window, a class's level is the
+  median of its occurring values, and needs ``min_rows`` of them (else the class is
+  not judged in that window).
+* The reference is the first ``window`` rows: per class, that level; for the
+  total, the median of the row sums. Every ``every`` rows, once ``2 * window``
+  rows exist, the last ``window`` rows are summarised the same way.
 * The total has fallen when ``now <= (1 - total_drop) * ref``. A class is stagnant
   when, at such an evaluation, its ``ref > 0`` and ``now >= (1 - class_drop) * ref``
-  (it fell less than ``class_drop``). An event names the classes that became
-  stagnant at that evaluation; a class is reported once.
+  (it fell less than ``class_drop``), or it *lags*: its level now is at least
+  ``lag`` times the median of the judged classes' levels (a class with three
+  images memorises them, so its loss falls, but stays hundreds of times the
+  others'). An event names the classes that became stagnant at that evaluation; a
+  class is reported once.
 * Evaluations fall on fixed row counts, so results do not depend on chunking.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +54,18 @@ class ClassVerdict:
     now: list[float]
     total_ref: float
     total_now: float
+    lag: list[float] | None = None  # per named class: its level now / the median class level now
+
+
+def occurring_median(rows: np.ndarray, min_rows: int) -> np.ndarray:
+    """Per column, the median of its finite values above 0; NaN where fewer than ``min_rows`` occur."""
+    with np.errstate(invalid="ignore"):
+        occurs = np.isfinite(rows) & (rows > 0)
+    counts = occurs.sum(axis=0)
+    out = np.full(rows.shape[1], np.nan)
+    for j in np.flatnonzero(counts >= max(1, min_rows)).tolist():
+        out[j] = float(np.median(rows[occurs[:, j], j]))
+    return out
 
 
 class StagnantClasses:
@@ -58,6 +79,8 @@ class StagnantClasses:
         self.every = int(p["every"])
         self.total_drop = float(p["total_drop"])
         self.class_drop = float(p["class_drop"])
+        self.lag = float(p["lag"])
+        self.min_rows = int(p["min_rows"])
         self.rows = 0
         self.width = 0
         self.ref_rows: list[np.ndarray] = []
@@ -110,7 +133,7 @@ class StagnantClasses:
         self.ref_rows.append(values[: self.window - have])
         if have + self.ref_rows[-1].shape[0] >= self.window:
             rows = np.concatenate(self.ref_rows)
-            self.ref = np.median(rows, axis=0)
+            self.ref = occurring_median(rows, self.min_rows)
             self.ref_total = float(np.median(np.nansum(rows, axis=1)))
             self.ref_rows = []
 
@@ -121,12 +144,19 @@ class StagnantClasses:
         total_now = float(np.median(np.nansum(rows, axis=1)))
         if not total_now <= (1.0 - self.total_drop) * self.ref_total:
             return None
-        now = np.median(rows, axis=0)
+        now = occurring_median(rows, self.min_rows)
         ref = self.ref
-        with np.errstate(invalid="ignore"):
+        if ref.size < now.size:
+            ref = np.pad(ref, (0, now.size - ref.size), constant_values=np.nan)
+        judged = now[np.isfinite(now)]
+        typical = float(np.median(judged)) if judged.size else np.nan
+        with np.errstate(invalid="ignore", divide="ignore"):
             stuck = np.isfinite(ref) & np.isfinite(now) & (ref > 0) & (now >= (1.0 - self.class_drop) * ref)
-        idx = np.flatnonzero(stuck)
-        return ClassVerdict(step, idx.tolist(), ref[idx].tolist(), now[idx].tolist(), self.ref_total, total_now)
+            ratio = now / typical if typical > 0 else np.full(now.shape, np.nan)
+            lagging = np.isfinite(ratio) & (ratio >= self.lag) & (judged.size >= 3)
+        idx = np.flatnonzero(stuck | lagging)
+        return ClassVerdict(step, idx.tolist(), ref[idx].tolist(), now[idx].tolist(), self.ref_total, total_now,
+                            ratio[idx].tolist())
 
     def _report(self, verdict: ClassVerdict) -> list[Event]:
         new = [k for k, c in enumerate(verdict.classes) if c not in self.reported]
@@ -137,6 +167,10 @@ class StagnantClasses:
         names = [self.names.get(c, f"class {c}") for c in classes]
         shown = ", ".join(names[:MAX_NAMED]) + (f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else "")
         drop = 1.0 - verdict.total_now / verdict.total_ref
+        lag = [verdict.lag[k] for k in new] if verdict.lag is not None else [math.nan] * len(new)
+        far = [f"{n} ({r:.0f}x the median class's loss)" for n, r in zip(names, lag) if r >= self.lag]
+        if far:
+            shown += f"; lagging: {', '.join(far[:MAX_NAMED])}"
         return [
             Event(
                 step=verdict.step,
@@ -156,6 +190,7 @@ class StagnantClasses:
                         "now": [verdict.now[k] for k in new],
                         "total_ref": verdict.total_ref,
                         "total_now": verdict.total_now,
+                        "lag": lag,
                     }
                 ),
             )
