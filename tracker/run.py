@@ -457,9 +457,9 @@ def _flush_live_runs() -> None:
             run.finish("crashed" if _CRASHED.is_set() else "finished")
         except Exception:  # pragma: no cover - interpreter is going away
             log.exception("tracker: final flush of run %s failed", run.run_id)
-    lakerun = sys.modules.get("tracker.store.lakerun")
-    if lakerun is not None:  # no thread may be inside DuckDB when the interpreter goes
-        lakerun.shutdown()
+    from tracker.store.base import shutdown_all
+
+    shutdown_all()  # no thread of a store may be inside DuckDB when the interpreter goes
 
 
 _CRASHED = threading.Event()
@@ -527,12 +527,12 @@ def init(
     rank, world = rank_world()
     root = home_dir(home)
     run_id = check_run_id(run_id) if run_id is not None else shared_run_id(world)
-    from tracker.store.lakerun import prepare_run
+    from tracker.store import prepare_run
     from tracker.store.settings import use as use_store
 
     if store is not None or data_path is not None:
         use_store(store, data_path)
-    prepare_run(root, run_id, rank, resume)  # lake only: check credentials, bring its segments here
+    prepare_run(root, run_id, rank, resume)  # the backend's (the lake: credentials checked, its segments here)
     segment, start, reason = plan_segment(root, run_id, rank, resume, resume_step)
     from tracker.fork import plan_fork
 

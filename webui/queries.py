@@ -44,11 +44,11 @@ RUN_SORTS = ("created_at", "updated_at", "name", "project", "status", "last_step
 @contextlib.contextmanager
 def connection(src: Source) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection for ``src``: the one given, or a short reader of the store."""
-    if isinstance(src, Store):
+    if isinstance(src, duckdb.DuckDBPyConnection):
+        yield src
+    else:
         with src.reader() as con:
             yield con
-    else:
-        yield src
 
 
 def fetch(src: Source, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pl.DataFrame:

@@ -21,9 +21,9 @@ def doctor_command(home: str | None, fix: bool) -> None:
     only its own run: readers leave that run's spool out until the file is fixed or set aside.
     """
     from tracker import doctor
-    from tracker.store import Store
+    from tracker.store import open_store
 
-    store = Store(home)
+    store = open_store(home)
     problems = doctor.check(store.home)
     if not problems:
         click.echo(f"no problems found in {store.home}")

@@ -53,7 +53,7 @@ def push(source: str | None, home: str | None) -> None:
     first brought up to their durable chunks, so every row that reached the spool goes
     to the lake; the resume rule hides those at or after a later segment's start.
     """
-    from tracker.store.local import Store
+    from tracker.store.local import LocalStore
 
     if source is None:
         from tracker.store.lakespool import claim_orphans
@@ -65,8 +65,7 @@ def push(source: str | None, home: str | None) -> None:
                    f"{store.setting.masked()}" + (f"; {claimed} segment(s) of dead processes claimed" if claimed else ""))
         return
 
-    local = object.__new__(Store)
-    Store.__init__(local, source)
+    local = LocalStore(source)
     if not local.path.exists() and not (local.home / "runs").exists():
         raise ConfigError(f"--from {source!r}: no store there (no {local.path.name}); pass a TRACKER_HOME folder")
     local.ingest(timeout=5.0)

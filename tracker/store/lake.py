@@ -46,9 +46,10 @@ from tracker.store import lakecommit
 from tracker.store.lakecommit import MIGRATIONS, lake_ddl, meta_shape
 from tracker.store.lakeconn import classify, is_conflict, offline_connection
 from tracker.store.lakespool import Backlog, backlog
-from tracker.store.local import IngestReport, Store
+from tracker.store.base import IngestReport, on_release
 from tracker.store.settings import LakeSetting, current
 from tracker.store.spoolmeta import host_meta
+from tracker.store.spoolstore import SpoolStore
 from tracker.fork import refuse_fork_push
 from tracker.store.sqltext import inline_params, lock_down, sql_text
 
@@ -65,7 +66,7 @@ STATS = {"commits": 0, "rows": 0, "conflicts": 0, "conflicts_rows": 0, "conflict
          "commit_s": 0.0, "commit_max_s": 0.0, "final_commit_s": 0.0}
 
 
-class LakeStore(Store):
+class LakeStore(SpoolStore):
     """The store in a DuckLake, plus this host's spool under ``home``."""
 
     VIEWS = schema.VIEWS_SQL  # no forks in a lake (tracker.fork refuses them): the views of m003
@@ -308,8 +309,8 @@ class LakeStore(Store):
 
     # -- queries -----------------------------------------------------------------------
     @contextlib.contextmanager
-    def reader(self, safe: bool = False, snapshot: int | None = None,
-               memory_limit: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    def reader(self, safe: bool = False, memory_limit: str | None = None,
+               snapshot: int | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection to the lake plus this host's spool rows (or snapshot ``N`` alone).
 
         ``safe`` and ``memory_limit`` as for the local store's reader (user-typed SQL).
@@ -415,54 +416,15 @@ class LakeStore(Store):
         finally:
             con.close()
 
-    def add_events(self, run_id: str, events: Sequence[Any], rank: int = 0, segment: int | None = None) -> int:
-        """Insert events for a run (offline analysis); returns how many."""
-        if not events:
-            return 0
-        import json
+    def prepare_run(self, run_id: str, rank: int, resume: str) -> None:
+        """Check the lake and its credentials, and bring run ``run_id``'s lake metadata into this
+        host's spool (:func:`tracker.store.lakerun.prepare_run`)."""
+        from tracker.store.lakerun import prepare_run
 
-        rows = pa.table({
-            "run_id": [run_id] * len(events), "rank": pa.array([rank] * len(events), pa.int32()),
-            "segment": pa.array([segment if segment is not None else -1] * len(events), pa.int32()),
-            "step": pa.array([e.step for e in events], pa.int64()), "key": [e.key for e in events],
-            "kind": [e.kind for e in events], "severity": [e.severity for e in events],
-            "message": [e.message for e in events],
-            "data": [json.dumps(e.data, default=float) for e in events], "wall_time": [time.time()] * len(events),
-        })
-
-        def work(con: duckdb.DuckDBPyConnection) -> None:
-            con.register("_ev", rows)
-            con.execute(f"INSERT INTO events ({', '.join(rows.column_names)}) SELECT * FROM _ev")
-
-        self._write(work)
-        return len(events)
-
-    def set_status(self, run_id: str, status: str) -> None:
-        """Set a run's status in its spool metadata (if here) and in the lake."""
-        path = spool.run_dir(self.home, run_id) / "run.json"
-        meta = spool.read_json(path)
-        if meta is not None:
-            meta["status"] = status
-            spool.atomic_write_json(path, meta)
-        self._write(lambda con: con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [status, run_id]))
-
-    def delete_run(self, run_id: str) -> int:
-        """Remove a run from the lake and this host's spool. Returns rows removed."""
-        import shutil
-
-        def work(con: duckdb.DuckDBPyConnection) -> int:
-            n = 0
-            for table in ("metrics", "class_metrics", "events", "segments", "classes", "ingested_files", "runs"):
-                n += con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
-            return n
-
-        n = self._write(work)
-        folder = spool.run_dir(self.home, run_id)
-        if folder.exists():
-            shutil.rmtree(folder)
-        return n
+        prepare_run(self, run_id, rank, resume)
 
 
+@on_release
 def release_shared() -> None:
     """Close this process's cached read-only attachments of every lake (and their catalog connections)."""
     with _SHARED_LOCK:

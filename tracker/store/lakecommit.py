@@ -20,9 +20,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracker import doctor, schema, spool
+from tracker import schema, spool, spoolcheck
 from tracker.store.lakespool import Backlog
-from tracker.store.local import _file_key
+from tracker.store.spoolstore import file_key
 from tracker.store.spoolmeta import META_TABLES
 
 log = logging.getLogger("tracker.store.lake")
@@ -60,7 +60,7 @@ def check_footers(home: Path, files: list[Path]) -> tuple[dict[Path, int], int]:
     """({chunk: rows} of the chunks whose footer is that of their table, chunks set aside).
 
     A chunk whose footer cannot be read or whose columns are not its table's goes to
-    ``<home>/corrupt/`` with a warning (see :mod:`tracker.doctor`)."""
+    ``<home>/corrupt/`` with a warning (see :mod:`tracker.spoolcheck`)."""
     good: dict[Path, int] = {}
     bad = 0
     for path in files:
@@ -70,7 +70,7 @@ def check_footers(home: Path, files: list[Path]) -> tuple[dict[Path, int], int]:
             if meta.schema.names != expected:
                 raise ValueError(f"columns {meta.schema.names}, expected {expected}")
         except Exception as exc:
-            dest = doctor.quarantine(home, path)
+            dest = spoolcheck.quarantine(home, path)
             log.warning("tracker: corrupt spool file %s moved to %s (%s)", path, dest, exc)
             bad += 1
             continue
@@ -82,7 +82,7 @@ def already_ingested(con: duckdb.DuckDBPyConnection, files: list[Path]) -> set[s
     """The names of ``files`` that ``ingested_files`` already holds."""
     if not files:
         return set()
-    names = [_file_key(f) for f in files]
+    names = [file_key(f) for f in files]
     con.register("_names", pa.table({"name": names}))
     try:  # the range lets DuckLake skip data files by their min/max names: chunk names only grow
         return {r[0] for r in con.execute(
@@ -96,7 +96,7 @@ def commit_rows(con: duckdb.DuckDBPyConnection, todo: dict[Path, int]) -> tuple[
     """Append the rows of chunks ``todo`` ({path: rows}) not yet in the lake, with their
     names in ``ingested_files``; returns (rows, chunks) committed. Inside a transaction."""
     done = already_ingested(con, list(todo))
-    todo = {p: n for p, n in todo.items() if _file_key(p) not in done}
+    todo = {p: n for p, n in todo.items() if file_key(p) not in done}
     if not todo:
         return 0, 0
     for table in spool.TABLES:
@@ -105,7 +105,7 @@ def commit_rows(con: duckdb.DuckDBPyConnection, todo: dict[Path, int]) -> tuple[
             cols = ", ".join(spool.column_names(table))
             # no ORDER BY: sorting was 3/4 of a commit's CPU, and a key's curve reads as fast
             con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM read_parquet(?)", [paths])
-    con.register("_ingest", pa.table({"name": [_file_key(p) for p in todo],
+    con.register("_ingest", pa.table({"name": [file_key(p) for p in todo],
                                        "run_id": [p.parent.name for p in todo], "rows": list(todo.values())}))
     con.execute("INSERT INTO ingested_files SELECT name, run_id, rows, now() FROM _ingest")
     con.unregister("_ingest")

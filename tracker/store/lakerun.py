@@ -1,6 +1,7 @@
 """What a training process does for the lake, always off its training thread.
 
-* :func:`prepare_run` (called once by ``tracker.init``): checks the lake setting and
+* :func:`prepare_run` (called once by ``tracker.init``, as the lake store's
+  ``prepare_run``): checks the lake setting and
   its credentials at once (a rejected password fails ``init``; an unreachable server
   only warns, training goes on), and copies a run's metadata and this rank's segments
   from the lake into the local spool when this host has not seen them, so a run
@@ -34,11 +35,15 @@ import time
 import weakref
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker import spool
 from tracker.errors import ConfigError, StoreError, StoreUnavailableError
+from tracker.store.base import on_shutdown
 from tracker.store.settings import current
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tracker.store.lake import LakeStore
 
 log = logging.getLogger("tracker.store.lake")
 
@@ -58,14 +63,10 @@ def _epoch(ts: Any) -> float | None:
     return ts.replace(tzinfo=timezone.utc).timestamp() if isinstance(ts, datetime) else float(ts)
 
 
-def prepare_run(home: Path, run_id: str, rank: int, resume: str) -> None:
-    """Check the lake (if selected) and bring run ``run_id``'s lake metadata into ``home``'s spool."""
-    setting = current()
-    if setting is None:
-        return
-    from tracker.store.lake import LakeStore
-
-    store = LakeStore(home, setting)
+def prepare_run(store: LakeStore, run_id: str, rank: int, resume: str) -> None:
+    """Check ``store``'s lake and bring run ``run_id``'s lake metadata into its spool
+    (:meth:`LakeStore.prepare_run`, called through the store interface by ``tracker.init``)."""
+    home = store.home
     try:
         con = store.attach(read_only=False, timeout=3)
     except StoreUnavailableError as exc:
@@ -364,6 +365,7 @@ def release(committer: Committer | _Follower | None, timeout: float = 120.0) -> 
     committer.stop(timeout)
 
 
+@on_shutdown
 def shutdown() -> None:
     """At interpreter exit: interrupt every commit still running (their rows stay spooled)."""
     for committer in list(_STARTED):

@@ -7,15 +7,15 @@ Rules:
   file lock and gives a clear :class:`StoreLockedError` after a bounded wait
   (``TRACKER_LOCK_TIMEOUT`` seconds, default 15). Within a process, connections are
   serialised by a lock, since DuckDB refuses two configurations of one file.
-* Ingestion (:meth:`Store.ingest`) inserts spool files' rows and records their names
+* Ingestion (:meth:`LocalStore.ingest`) inserts spool files' rows and records their names
   in ``ingested_files`` in one transaction, then removes the files while still holding
   the write lock. A crash between commit and removal leaves files whose names are
   recorded: readers skip them and the next ingestion removes them. A file that cannot
   be read is moved to ``<home>/corrupt/`` with a warning; nothing is deleted unread.
-* A bad file affects only its own run (:mod:`tracker.doctor`): a run whose ``run.json``
+* A bad file affects only its own run (:mod:`tracker.spoolcheck`): a run whose ``run.json``
   or a segment file is invalid is left out of readers and ingestion, an unreadable
   chunk is left out of readers, each with one warning naming the file.
-* Queries (:meth:`Store.query`) open the file read-only and shadow the tables with
+* Queries (:meth:`LocalStore.query`) open the file read-only and shadow the tables with
   temp views that add the rows still in spool files, so they see everything flushed,
   without waiting for ingestion and without blocking a training process. The first
   read-only open of a process attaches the file to a DuckDB instance made on a
@@ -29,13 +29,10 @@ import atexit
 import contextlib
 import logging
 import os
-import shutil
-import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import duckdb
 
@@ -94,16 +91,15 @@ atexit.register(_SPARE.close)
 
 import polars as pl  # noqa: E402  (after the spare engine started: its import overlaps it)
 
-from tracker import doctor, schema, spool
-from tracker.errors import DataError, StoreError, StoreLockedError
-from tracker.events import Event
-from tracker.store import settings
+from tracker import schema, spool, spoolcheck
+from tracker.errors import ConfigError, StoreError, StoreLockedError
+from tracker.store.base import IngestReport, on_release
 from tracker.store.spoolmeta import META_TABLES, spool_meta
+from tracker.store.spoolstore import DB_NAME, SpoolStore, file_key, stored_fingerprint
 from tracker.store.sqltext import inline_params, lock_down, sql_text
 
 log = logging.getLogger(__name__)
 
-DB_NAME = "tracker.duckdb"
 _DB_ALIAS = "tracker"  # the name DuckDB gives the file when it opens it directly
 
 _PROCESS_LOCK = threading.RLock()
@@ -158,49 +154,17 @@ class _ReaderCache:
 _READERS = _ReaderCache()
 
 
-def _stored_fingerprint(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The spool fingerprint recorded by the last ingestion (None before the first)."""
-    row = con.execute("SELECT fingerprint FROM spool_state WHERE id = 1").fetchone()
-    return row[0] if row else None
-
-
-def _file_key(path: Path) -> str:
-    """A spool file's name in ``ingested_files``: ``<run_id>/<file name>``."""
-    return f"{path.parent.name}/{path.name}"
-
-
 def _lock_timeout() -> float:
     return float(os.environ.get("TRACKER_LOCK_TIMEOUT", "15"))
 
 
-@dataclass
-class IngestReport:
-    files: int = 0
-    rows: int = 0
-    corrupt: int = 0
-    skipped_locked: bool = False
-
-
-class Store:
+class LocalStore(SpoolStore):
     """The store under ``home``: the DuckDB file plus the spool of live runs."""
 
     VIEWS = schema.LOCAL_VIEWS_SQL  # the views a reader makes over the spool's rows (the lake: schema.VIEWS_SQL)
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "Store":
-        """``Store(home)`` is the lake's store when one is selected (see tracker.store.settings)."""
-        if cls is Store:
-            if settings.current() is not None:
-                from tracker.store.lake import LakeStore
-
-                cls = LakeStore
-        return super().__new__(cls)
-
-    def __init__(self, home: str | os.PathLike[str] | None = None):
-        self.home = spool.home_dir(home)
-        self.path = self.home / DB_NAME
-        from tracker.notify.recovery import recover_soon
-
-        recover_soon(self.home)  # alerts a dead run left queued, crashed runs (docs/alerts.md)
+    def __repr__(self) -> str:
+        return f"LocalStore({str(self.home)!r})"
 
     # -- connections -----------------------------------------------------------------
     def _connection(self, write: bool, timeout: float | None) -> duckdb.DuckDBPyConnection:
@@ -278,7 +242,7 @@ class Store:
         for tmp in spool.stale_temp_files(self.home):
             with contextlib.suppress(OSError):
                 tmp.unlink()
-        scan = doctor.scan(self.home)
+        scan = spoolcheck.scan(self.home)
         files = [f for f in spool.data_files(self.home) if f.parent.name not in scan.bad_runs]
         try:
             ctx = self.connect(write=True, timeout=timeout)
@@ -288,10 +252,10 @@ class Store:
             return report
         try:
             done = self._already_ingested(con, files)
-            todo = [f for f in files if _file_key(f) not in done]
+            todo = [f for f in files if file_key(f) not in done]
             todo = self._set_aside_corrupt(todo, report)
             fingerprint = spool.meta_fingerprint(self.home)
-            if todo or _stored_fingerprint(con) != fingerprint:  # else nothing new: no write
+            if todo or stored_fingerprint(con) != fingerprint:  # else nothing new: no write
                 con.execute("BEGIN")
                 try:
                     self._upsert_meta(con, scan, fingerprint)
@@ -309,7 +273,7 @@ class Store:
                         import pyarrow as pa  # only with files to record: a call with none never loads it
                         import pyarrow.parquet as pq
 
-                        names = [_file_key(p) for p in todo]
+                        names = [file_key(p) for p in todo]
                         rows = [pq.read_metadata(p).num_rows for p in todo]
                         runs = [p.parent.name for p in todo]
                         con.register("_ingest", pa.table({"name": names, "run_id": runs, "rows": rows}))
@@ -320,43 +284,14 @@ class Store:
                     con.execute("ROLLBACK")
                     raise
             report.files = len(todo)
-            for p in [*todo, *(f for f in files if _file_key(f) in done)]:
+            for p in [*todo, *(f for f in files if file_key(f) in done)]:
                 with contextlib.suppress(OSError):
                     p.unlink()
         finally:
             ctx.__exit__(None, None, None)
         return report
 
-    def _already_ingested(self, con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> set[str]:
-        if not files:
-            return set()
-        rows = con.execute(*inline_params(
-            "SELECT name FROM ingested_files WHERE name IN (SELECT unnest(?))", [[_file_key(f) for f in files]]
-        )).fetchall()
-        return {r[0] for r in rows}
-
-    def _set_aside_corrupt(self, files: list[Path], report: IngestReport) -> list[Path]:
-        if not files:
-            return []
-        import pyarrow.parquet as pq
-
-        good = []
-        for path in files:
-            try:
-                meta = pq.read_metadata(path)
-                expected = spool.SCHEMAS[spool.table_of(path)]
-                if meta.schema.to_arrow_schema().names != expected.names:
-                    raise ValueError(f"columns {meta.schema.to_arrow_schema().names}")
-                pq.read_table(path)
-            except Exception as exc:
-                dest = doctor.quarantine(self.home, path)
-                log.warning("tracker: corrupt spool file %s moved to %s (%s)", path, dest, exc)
-                report.corrupt += 1
-                continue
-            good.append(path)
-        return good
-
-    def _upsert_meta(self, con: duckdb.DuckDBPyConnection, scan: doctor.SpoolScan, fingerprint: str) -> None:
+    def _upsert_meta(self, con: duckdb.DuckDBPyConnection, scan: spoolcheck.SpoolScan, fingerprint: str) -> None:
         con.execute(*inline_params("INSERT OR REPLACE INTO spool_state VALUES (1, ?)", [fingerprint]))
         for (name, _keys), table in zip(META_TABLES, spool_meta(self.home, scan)):
             if table.num_rows == 0:
@@ -415,40 +350,16 @@ class Store:
                 raise
         raise AssertionError("unreachable")
 
-    def _shadow(
-        self, con: duckdb.DuckDBPyConnection, materialize: bool, files: Sequence[Path], fingerprint: str
-    ) -> None:
-        """Temp tables/views over the database plus the spool ``files`` (see module doc)."""
-        done = self._already_ingested(con, files)
-        pending = [f for f in files if _file_key(f) not in done]
-        if not pending and _stored_fingerprint(con) == fingerprint:
-            return  # everything is ingested: the database's own tables and views are current
-        db = con.execute("SELECT current_database()").fetchone()[0]
-        kind = "TABLE" if materialize else "VIEW"
-        stmts: list[str] = []
-        scan = doctor.scan(self.home)
-        pending = doctor.good_chunks(pending, scan.bad_runs)
-        for (name, keys), table in zip(META_TABLES, spool_meta(self.home, scan)):
-            con.register(f"_spool_{name}", table)
-            on = " AND ".join(f"d.{k} = s.{k}" for k in keys)
-            stmts.append(
-                f"CREATE TEMP {kind} {name} AS SELECT d.* FROM \"{db}\".main.{name} d "
-                f"WHERE NOT EXISTS (SELECT 1 FROM _spool_{name} s WHERE {on}) "
-                f"UNION ALL BY NAME SELECT * FROM _spool_{name}"
-            )
-        for table in spool.TABLES:
-            paths = [str(p) for p in pending if spool.table_of(p) == table]
-            cols = ", ".join(spool.column_names(table))
-            sql = f'SELECT {cols} FROM "{db}".main.{table}'
-            if paths:
-                listing = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
-                sql += f" UNION ALL SELECT {cols} FROM read_parquet({listing})"
-            stmts.append(f"CREATE TEMP {kind} {table} AS {sql}")
-        stmts.extend(f"CREATE TEMP VIEW {name} AS {sql}" for name, sql in self.VIEWS.items())
-        con.execute(";\n".join(stmts))
+    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
+              snapshot: int | None = None) -> pl.DataFrame:
+        """Run ``sql`` over everything logged so far; returns a polars DataFrame.
 
-    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
-        """Run ``sql`` over everything logged so far; returns a polars DataFrame."""
+        ``snapshot`` needs the lake (a ConfigError here: the DuckDB file keeps no snapshots)."""
+        if snapshot is not None:
+            raise ConfigError(
+                f"snapshot={snapshot!r} needs the lake store (time travel); the local DuckDB file keeps no "
+                "snapshots: set TRACKER_STORE='ducklake:postgres:...' or drop snapshot"
+            )
         sql, params = inline_params(sql, params)
         for attempt in (0, 1):
             with self.reader() as con:
@@ -461,56 +372,20 @@ class Store:
         raise AssertionError("unreachable")
 
     # -- writes ------------------------------------------------------------------------
-    def add_events(self, run_id: str, events: Sequence[Event], rank: int = 0, segment: int | None = None) -> int:
-        """Insert events for a run (offline analysis); returns how many."""
-        if not events:
-            return 0
-        import json
-
-        import pyarrow as pa
-
-        rows = pa.table(
-            {
-                "run_id": [run_id] * len(events),
-                "rank": pa.array([rank] * len(events), pa.int32()),
-                "segment": pa.array([segment if segment is not None else -1] * len(events), pa.int32()),
-                "step": pa.array([e.step for e in events], pa.int64()),
-                "key": [e.key for e in events],
-                "kind": [e.kind for e in events],
-                "severity": [e.severity for e in events],
-                "message": [e.message for e in events],
-                "data": [json.dumps(e.data, default=float) for e in events],
-                "wall_time": [time.time()] * len(events),
-            }
-        )
+    def _write(self, work: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
+        """``work(con)`` in one transaction of a short write connection."""
         with self.connect(write=True) as con:
-            con.register("_ev", rows)
-            con.execute(f"INSERT INTO events ({', '.join(rows.column_names)}) SELECT * FROM _ev")
-        return len(events)
+            con.execute("BEGIN")
+            try:
+                out = work(con)
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+            return out
 
-    def set_status(self, run_id: str, status: str) -> None:
-        """Set a run's status in its spool metadata and in the database."""
-        path = spool.run_dir(self.home, run_id) / "run.json"
-        try:
-            meta = spool.read_run_meta(path)
-        except DataError:
-            meta = None  # a bad run.json stays as it is, for `tracker doctor`
-        if meta is not None:
-            meta["status"] = status
-            spool.atomic_write_json(path, meta)
-        with self.connect(write=True) as con:
-            con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [status, run_id])
 
-    def delete_run(self, run_id: str) -> int:
-        """Remove a run everywhere (tables and spool folder). Returns rows removed."""
-        n = 0
-        with self.connect(write=True) as con:
-            for table in ("metrics", "class_metrics", "events", "segments", "classes", "ingested_files", "runs"):
-                n += con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
-        folder = spool.run_dir(self.home, run_id)
-        if folder.exists():
-            shutil.rmtree(folder)
-        return n
+Store = LocalStore  # this module's name of it before the interface (tracker.store.Store) existed
 
 
 # column types polars takes through the Arrow C stream with the same result as through pyarrow
@@ -548,24 +423,11 @@ def result_frame(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -
 
 def _recheck_chunks(files: Sequence[Path]) -> bool:
     """Read every row of ``files``; True when that found a chunk not yet known to be bad."""
-    return len(doctor.good_chunks(files, set())) > len(doctor.good_chunks(files, set(), deep=True))
+    return len(spoolcheck.good_chunks(files, set())) > len(spoolcheck.good_chunks(files, set(), deep=True))
 
 
+@on_release
 def release() -> None:
-    """Close this process's idle cached reader now (before another tool opens the file),
-    and its cached attachments of a lake."""
+    """Close this process's idle cached reader of the DuckDB file now (before another tool opens it)."""
     with _PROCESS_LOCK:
         _READERS.drop()
-    lake = sys.modules.get("tracker.store.lake")
-    if lake is not None:
-        lake.release_shared()
-
-
-def open_store(home: str | os.PathLike[str] | None = None) -> Store:
-    """The store under ``home`` (default ``$TRACKER_HOME`` or ``./.tracker``)."""
-    return Store(home)
-
-
-def query(sql: str, params: Sequence[Any] | dict[str, Any] | None = None, home: str | os.PathLike[str] | None = None) -> pl.DataFrame:
-    """Run SQL over the store (ingested rows and rows still in spool files); returns polars."""
-    return Store(home).query(sql, params)

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracker import doctor, spool
+from tracker import spool, spoolcheck
 from tracker.spool import SegmentInfo
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,12 +55,12 @@ def _ts(x: float | None) -> datetime | None:
     return None if x is None else datetime.fromtimestamp(float(x), tz=timezone.utc).replace(tzinfo=None)
 
 
-def spool_meta(home: Path, scan: doctor.SpoolScan | None = None) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """Runs, segments and classes as recorded in the spool's valid JSON files (see tracker.doctor)."""
+def spool_meta(home: Path, scan: spoolcheck.SpoolScan | None = None) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Runs, segments and classes as recorded in the spool's valid JSON files (see tracker.spoolcheck)."""
     runs: list[dict[str, Any]] = []
     segs: list[SegmentInfo] = []
     classes: list[tuple[str, int, str]] = []
-    for meta, run_segs in (scan or doctor.scan(home)).runs:
+    for meta, run_segs in (scan or spoolcheck.scan(home)).runs:
         segs.extend(run_segs)
         runs.append(run_row(meta, run_segs))
         classes.extend((meta["run_id"], i, n) for i, n in enumerate(meta.get("classes") or []))
