@@ -23,14 +23,13 @@ features are the sum of the present classes' prototype vectors plus noise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, Callable
 
 import numpy as np
 
 import tracker
+from tracker.coco.counts import coco_train2017_counts
 from tracker.losses import kernels
-from tracker.weights import load_counts
 
 FEATURES = 48
 SAMPLES = 4096
@@ -42,13 +41,6 @@ RESUME_SEED = 1
 
 class Preempted(RuntimeError):
     """The demo's simulated interruption of a training run."""
-
-
-def coco_counts() -> tuple[list[str], np.ndarray]:
-    """Class names and instance counts of COCO train2017 (shipped with the package)."""
-    with resources.as_file(resources.files("tracker.data") / "coco_train2017_class_counts.json") as path:
-        loaded = load_counts(path)
-    return loaded.names, loaded.counts
 
 
 @dataclass
@@ -66,7 +58,7 @@ class Dataset:
 
 
 def make_dataset(seed: int = 0) -> Dataset:
-    names, counts = coco_counts()
+    names, counts = coco_train2017_counts()
     rng = np.random.default_rng(seed)
     p = PERSON_IMAGE_SHARE * counts / counts.max()
     y = (rng.random((SAMPLES, len(names))) < p).astype(np.float32)

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tracker.coco.counts import load_counts
 from tracker.coco.index import CocoIndex, Progress, load, read_json
 
 
@@ -124,8 +125,6 @@ def class_counts(path: str | os.PathLike[str], skip_invalid: bool = False) -> di
     if isinstance(raw, dict) and not isinstance(raw.get("annotations"), list):
         cats = raw.get("categories")
         if isinstance(cats, list) and cats and all(isinstance(c, dict) and "instances" in c for c in cats):
-            from tracker.weights import load_counts
-
             loaded = load_counts(path)
             return {name: int(n) for name, n in zip(loaded.names, loaded.counts)}
     index = from_dict(raw, skip_invalid=skip_invalid, path=Path(path))

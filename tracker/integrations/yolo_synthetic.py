@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import colorsys
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
+from tracker.coco.counts import coco_train2017_counts
 from tracker.errors import ConfigError
-from tracker.weights import load_counts
 
 SHAPES = ("box", "ellipse", "cross", "frame")
 
@@ -38,13 +37,6 @@ class SyntheticDataset:
     train_counts: np.ndarray  # instances per class in the training split
     train_images: int
     val_images: int
-
-
-def coco_names_and_counts() -> tuple[list[str], np.ndarray]:
-    """The 80 COCO class names and their train2017 instance counts (shipped with the package)."""
-    with resources.as_file(resources.files("tracker.data") / "coco_train2017_class_counts.json") as path:
-        loaded = load_counts(path)
-    return loaded.names, loaded.counts
 
 
 def _colour(index: int) -> tuple[int, int, int]:
@@ -111,7 +103,7 @@ def make_dataset(root: str | Path, *, train: int = 32, val: int = 8, imgsz: int 
     root = Path(root).resolve()
     if root.exists() and any(root.iterdir()):
         raise ConfigError(f"dataset folder {str(root)!r} is not empty; pass a new folder")
-    names, coco = coco_names_and_counts()
+    names, coco = coco_train2017_counts()
     p = coco / coco.sum()
     rng = np.random.default_rng(seed)
     counts = _write_split(root, "train", train, rng, p, imgsz, max_objects)
