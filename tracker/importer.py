@@ -338,7 +338,7 @@ def write(p: ImportPlan, home: Path) -> None:
             except OSError as exc:
                 raise DataError(f"cannot place imported run {p.run.run_id!r} at {folder}: {exc}; "
                                 "is another import of the same source running?") from None
-            _fsync_dir(folder.parent)
+            spool.fsync_dir(folder.parent)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         return
@@ -353,14 +353,6 @@ def _seg_dict(info: SegmentInfo) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(info)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def clean_staging(home: Path) -> None:

@@ -106,7 +106,8 @@ def run_dir(home: Path, run_id: str) -> Path:
     return runs_dir(home) / check_run_id(run_id)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new entry in folder ``path`` durable (a no-op where folders have no fd)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds
@@ -133,7 +134,7 @@ def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
         _unlink_quietly(tmp)
         raise
     if durable:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
 
 def atomic_write_json(path: Path, obj: Any, durable: bool = True) -> None:
@@ -153,7 +154,7 @@ def atomic_write_table(path: Path, table: pa.Table) -> None:
     except BaseException:  # disk full mid-write: leave no half-written temp file behind
         _unlink_quietly(tmp)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _unlink_quietly(path: Path) -> None:
