@@ -21,10 +21,12 @@ Seeds ``--tune`` (default 0 and 1) are the ones the system detectors' thresholds
 set on; every other seed's runs, and the YOLO runs, are held out. Then it scores
 (:mod:`bench.faults_score`): per detector, precision, recall and lead time on the
 held-out runs, then on the tuning runs. A run already in ``labels.jsonl`` is not
-trained again (``--fresh`` starts over).
+trained again (``--fresh`` starts over). Labels are functions of the fault and of
+what the run measured (:mod:`bench.faults_labels`), so ``--relabel`` recomputes
+them for the runs already there after a label rule changes.
 
 Run: ``python -m bench.faults`` (about an hour on two busy cores), ``--only digits``,
-``--seeds 0,1``, ``--score-only``.
+``--seeds 0,1``, ``--score-only``, ``--relabel``.
 """
 
 from __future__ import annotations
@@ -147,6 +149,33 @@ class Corpus:
             self.add(spec.label_name(), lambda spec=spec: train(spec, self.home, interval), held_out=True)
 
 
+def relabel(out: Path, echo: Callable[[str], None] = print) -> int:
+    """Recompute every record's labels from its fault and measurements; rewrite ``labels.jsonl``; returns changes."""
+    from bench.faults_ddp import DdpSpec, ddp_labels, last_step
+    from bench.faults_labels import digits_labels
+    from bench.faults_yolo import yolo_labels
+
+    home, changed, lines = out / "home", 0, []
+    for record in load_records(out):
+        if record["model"] == "digits":
+            labels = digits_labels(record)
+        elif record["model"] == "digits-ddp":
+            record["steps"] = last_step(record["run_id"], home) + 1
+            labels = ddp_labels(DdpSpec(**record["spec"]), record["steps"] - 1)
+        else:
+            labels = yolo_labels(record, home)
+        new = [asdict(lb) for lb in labels]
+        if new != record["labels"]:
+            changed += 1
+            echo(f"  relabelled {record['name']}: {record['labels']} -> {new}")
+        record["labels"] = new
+        lines.append(json.dumps(record))
+    tmp = out / "labels.jsonl.tmp"
+    tmp.write_text("".join(line + "\n" for line in lines))
+    tmp.replace(out / "labels.jsonl")
+    return changed
+
+
 def _ddp(spec: Any, home: Path) -> dict[str, Any]:
     from bench.faults_ddp import train
 
@@ -163,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.2, help="system sampler interval of the runs (s)")
     parser.add_argument("--fresh", action="store_true", help="delete the corpus first")
     parser.add_argument("--score-only", action="store_true", help="train nothing")
+    parser.add_argument("--relabel", action="store_true", help="recompute the labels of the runs already there")
     args = parser.parse_args(argv)
     if args.fresh:
         shutil.rmtree(args.out, ignore_errors=True)
@@ -170,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",") if s]
     corpus = Corpus(args.out, tuple(int(s) for s in args.tune.split(",") if s))
     only = set(args.only.split(","))
+    if args.relabel:
+        print(f"relabelled {relabel(args.out)} runs")
     if not args.score_only:
         print(f"fault corpus under {args.out} (sampler every {args.interval} s)")
         if "digits" in only:

@@ -126,18 +126,30 @@ def train(spec: DdpSpec, home: Any = None, timeout: float = 600) -> dict[str, An
         raise RuntimeError(f"DDP training {spec.label_name()} failed: exit codes {codes}")
     record = {"run_id": run_id, "name": spec.label_name(), "model": "digits-ddp", "fault": spec.fault,
               "seed": spec.seed, "spec": asdict(spec), "seconds": time.perf_counter() - t0}
-    record["labels"] = [asdict(lb) for lb in ddp_labels(spec)]
+    record["steps"] = last_step(run_id, home) + 1
+    record["labels"] = [asdict(lb) for lb in ddp_labels(spec, record["steps"] - 1)]
     return record
 
 
-def ddp_labels(spec: DdpSpec) -> list[Any]:
-    """``rank_disagreement`` at step 0 for seeds that differ per rank; ``identical_batches`` for one shard."""
+def last_step(run_id: str, home: Any = None) -> int:
+    """The last step a rank of the run logged ``train/loss`` at."""
+    import tracker
+
+    df = tracker.query("SELECT max(step) AS s FROM curves WHERE run_id = ? AND key = 'train/loss'", [run_id],
+                       home=home)
+    return int(df["s"][0])
+
+
+def ddp_labels(spec: DdpSpec, last: int) -> list[Any]:
+    """``rank_disagreement`` at step 0 for seeds that differ per rank; ``identical_batches`` (any step of the run,
+    on the per-rank ``train/loss``: the batches are the same from the first) for one shard."""
     from bench.faults_labels import Label
 
     if spec.fault == "ddp_seed_rank":
         return [Label("rank_disagreement", 0, 0, 0, key="rng/fingerprint", note="sampler seeded seed + rank")]
     if spec.fault == "ddp_identical":
-        return [Label("identical_batches", 0, 0, 0, key="rng/batches", note="every rank drew the same batches")]
+        return [Label("identical_batches", 0, 0, last, key="train/loss",
+                      note="every rank drew the same batches (rng/batches equal at every epoch)")]
     return []
 
 

@@ -49,6 +49,13 @@ precision and recall >= 0.95 per detector):
     the median while the classes of healthy runs reached at most 10x.
 ``rank_disagreement``
     no parameters: any difference of fingerprints between ranks is a finding.
+``identical_batches``
+    ``patience=20`` logged steps in a row at which two ranks' own losses agree
+    within ``rtol=1e-6`` (float32 carries ~7 digits: ranks on the same batch agree
+    to the last bit on CPU and to a few units of the last digit under GPU kernels
+    that sum in a varying order, while ranks on different batches differ by their
+    batch noise, 1-30%); a loss key is judged only with evidence that it is
+    per-rank (``per_rank=1`` says so): see :mod:`tracker.analysis.ranks`.
 ``overfitting``, ``metric_collapse``, ``zero_loss``, ``stopped_early``, ``epoch_divergence``
     the epoch judges over few-point histories (scope ``epochs``, ``tracker analyze``
     only): defaults and reasons in :mod:`tracker.analysis.epoch_specs`.
@@ -67,7 +74,7 @@ from tracker.analysis.collapse import COLLAPSE
 from tracker.analysis.detectors import DetectorSpec, NonFinite
 from tracker.analysis.epoch_specs import EPOCH_DETECTORS
 from tracker.analysis.params import Param
-from tracker.analysis.ranks import RankDisagreement
+from tracker.analysis.ranks import IdenticalBatches, RankDisagreement
 from tracker.analysis.spikes import Spike
 from tracker.analysis.system import DataStall, Fragmentation, MemoryGrowth, StepTimeRegression
 from tracker.analysis.system_memory import MEMORY_GROWTH_PARAMS
@@ -154,6 +161,18 @@ RANK_DISAGREEMENT = DetectorSpec(
     description="ranks whose RNG fingerprints differ in an epoch (rng/fingerprint, rng/epoch)",
 )
 
+IDENTICAL_BATCHES = DetectorSpec(
+    name="identical_batches",
+    scope="ranks",
+    factory=IdenticalBatches,
+    description="ranks whose own losses are identical step after step: every rank trains on the same batches",
+    params=(
+        Param("patience", 20, "logged steps in a row at which two ranks agree", 2, None, True),
+        Param("rtol", 1e-6, "ranks agree within this relative difference", 0.0, 0.01),
+        Param("per_rank", 0, "1: the loss keys are each rank's own (judged without evidence)", 0, 1, True),
+    ),
+)
+
 _W = "samples of the key (one per sampling interval)"
 
 MEMORY_GROWTH = DetectorSpec(
@@ -201,7 +220,8 @@ DATA_STALL = DetectorSpec(
 SYSTEM_DETECTORS: tuple[DetectorSpec, ...] = (MEMORY_GROWTH, FRAGMENTATION, STEP_TIME_REGRESSION, DATA_STALL)
 
 BUILTIN: tuple[DetectorSpec, ...] = (
-    NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT, *SYSTEM_DETECTORS, COLLAPSE,
+    NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT, IDENTICAL_BATCHES, *SYSTEM_DETECTORS,
+    COLLAPSE,
     *EPOCH_DETECTORS,
 )
 

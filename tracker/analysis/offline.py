@@ -314,14 +314,20 @@ def _class_analysis(
 
 
 def _rank_events(store: Any, run_id: str, probe: OnlineAnalyzer) -> list[EventRecord]:
-    series = _rank_series(store, run_id)
-    if len(series) < 2:
-        return []
+    """Cross-rank events: a detector with ``read(store, run_id, probe)`` reads its own rows (identical_batches),
+    the others get the fingerprint series of 2+ ranks."""
+    series: dict[int, Any] | None = None
     events: list[Event] = []
     for name, (spec, params) in probe.detectors.items():
         if spec.scope == "ranks":
             detector = spec.factory(StreamContext(key=FINGERPRINT_KEY, params=dict(params), config=probe.config))
-            events.extend(detector.detect(series))
+            read = getattr(detector, "read", None)
+            if read is not None:
+                events.extend(detector.detect(read(store, run_id, probe)))
+                continue
+            series = _rank_series(store, run_id) if series is None else series
+            if len(series) >= 2:
+                events.extend(detector.detect(series))
     return [EventRecord(0, e) for e in events]
 
 
