@@ -3,7 +3,8 @@
 Rules (independent layers; each alone refuses every write or file access):
 
 1. :func:`check_sql` parses the text with DuckDB's own parser
-   (``duckdb.extract_statements``) and accepts exactly one statement, of type SELECT
+   (``duckdb.extract_statements``, through :func:`tracker.sqlguard.single_statement`,
+   the guard ``tracker sql`` uses too) and accepts exactly one statement, of type SELECT
    (which covers ``WITH``, ``FROM``-first, ``VALUES``, ``TABLE``, ``DESCRIBE``, ``SHOW``,
    ``SUMMARIZE`` and ``PRAGMA table_info``/``show_tables``/``version``), or an
    ``EXPLAIN [ANALYZE]`` of one. Anything else (INSERT, UPDATE, DELETE, CREATE, DROP,
@@ -36,6 +37,7 @@ import polars as pl
 import pyarrow as pa
 
 from tracker.errors import ConfigError, StoreError
+from tracker.sqlguard import single_statement
 from tracker.store import Store
 
 PRAGMAS = ("table_info", "show_tables", "show_tables_expanded", "version")
@@ -130,19 +132,14 @@ def check_sql(sql: str) -> str:
     """Return the one read statement in ``sql`` (as DuckDB parsed it), or refuse it; see module doc."""
     if not isinstance(sql, str):
         raise ConfigError(f"The query must be text, got {type(sql).__name__}")
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise ConfigError(f"The query does not parse: {str(exc).splitlines()[0]}") from None
-    if not statements:
-        raise ConfigError("The query is empty; type a SELECT, e.g. SELECT * FROM run_summary")
-    if len(statements) != 1:
-        kinds = ", ".join(s.type.name for s in statements)
-        raise ConfigError(
-            f"The SQL page runs one statement at a time; got {len(statements)} ({kinds}). "
-            "Remove the extra ';'-separated statements (a comment ends at a line break or carriage return)"
-        )
-    return _check_one(statements[0])
+    statement = single_statement(
+        sql,
+        unparsed="The query does not parse",
+        empty="The query is empty; type a SELECT, e.g. SELECT * FROM run_summary",
+        many="The SQL page runs one statement at a time; got {count} ({kinds}). "
+             "Remove the extra ';'-separated statements (a comment ends at a line break or carriage return)",
+    )
+    return _check_one(statement)
 
 
 def run_sql(

@@ -19,7 +19,8 @@ from tracker import spool
 from tracker.cli import friendly
 from tracker.commands._output import format_option, print_frame
 from tracker.commands.runs import home_option
-from tracker.errors import ConfigError, StoreError
+from tracker.errors import StoreError
+from tracker.sqlguard import single_statement
 
 if TYPE_CHECKING:  # DuckDB and the store load when the command runs
     import duckdb
@@ -27,21 +28,12 @@ if TYPE_CHECKING:  # DuckDB and the store load when the command runs
 
 def one_statement(query: str) -> duckdb.Statement:
     """The single statement in ``query`` (DuckDB's parser), or a ConfigError saying what is wrong."""
-    import duckdb
-
-    try:
-        statements = duckdb.extract_statements(query)
-    except duckdb.Error as exc:
-        raise ConfigError(f"the query does not parse: {str(exc).splitlines()[0]}") from None
-    if not statements:
-        raise ConfigError("the query is empty; e.g. tracker sql \"SELECT * FROM run_summary\"")
-    if len(statements) > 1:
-        kinds = ", ".join(s.type.name for s in statements)
-        raise ConfigError(
-            f"tracker sql runs one statement per call; got {len(statements)} ({kinds}): "
-            "run each in its own `tracker sql` call"
-        )
-    return statements[0]
+    return single_statement(
+        query,
+        empty="the query is empty; e.g. tracker sql \"SELECT * FROM run_summary\"",
+        many="tracker sql runs one statement per call; got {count} ({kinds}): "
+             "run each in its own `tracker sql` call",
+    )
 
 
 def _why(exc: duckdb.Error) -> str:
