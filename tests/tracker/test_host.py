@@ -137,9 +137,9 @@ def test_every_hook_is_documented_and_prefixed() -> None:
         assert fn.__doc__ and len(fn.__doc__.strip()) > 40, fn.__name__
     pm = make_plugin_manager(default_plugins=(), entry_points=False)
     assert all(name.startswith("tracker_") for name in vars(pm.hook) if not name.startswith("_"))
-    readme = (ROOT / "README.md").read_text()
+    guide = (ROOT / "docs" / "plugins.md").read_text()  # the hook table moved there from the README
     for fn in specs:
-        assert fn.__name__ in readme, f"{fn.__name__} is not documented in README.md"
+        assert fn.__name__ in guide, f"{fn.__name__} is not documented in docs/plugins.md"
 
 
 def test_registration_kinds_match_hooks() -> None:
