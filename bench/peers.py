@@ -25,7 +25,7 @@ and values; float32 where the peer stores float32): a peer that fails it prints
 FAILED with the first difference, and its figures are not shown.
 
 Takes a long while (MLflow's synchronous mode takes about 10 minutes per run): it is
-not part of ``make test`` or ``make bench``. The README's table comes from
+not part of ``make test`` or ``make bench``. The table in docs/benchmarks.md comes from
 ``make bench-peers`` (this module at its defaults) on a quiet machine; for a quick
 taste, ``.venv/bin/python -m bench.peers --steps 1000 --peers tracker,mlflow``.
 """

@@ -1,6 +1,6 @@
 """The store's schema: numbered migrations and the views over visible rows.
 
-Tables (documented in README's "The store" section):
+Tables (documented in docs/store.md, "Tables and views"):
 
 * ``runs``          one row per run: project, name, status, config (JSON), tags, provenance
 * ``segments``      one row per (run, rank, segment): start step, last step, reason

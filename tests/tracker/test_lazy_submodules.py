@@ -17,7 +17,7 @@ import tracker
 loaded = sorted(set(sys.modules) - before)
 heavy = ("torch", "duckdb", "polars", "numpy")
 out = {"loaded_by_import": [m for m in loaded if m.startswith("tracker") or m in heavy]}
-tracker.store.release()                                   # README: close the idle reader
+tracker.store.release()                                   # docs/store.md: close the idle reader
 out["torch_before_access"] = "torch" in sys.modules
 out["bce"] = tracker.torch.ClassWeightedBCEWithLogits.__name__
 out["weights"] = [round(w, 6) for w in tracker.weights.class_weights([10, 1000], "inverse").tolist()]

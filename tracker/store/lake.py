@@ -1,6 +1,6 @@
 """The store on DuckLake: catalog in PostgreSQL, Parquet data files on shared storage.
 
-Rules (see README, "Many machines"):
+Rules (see docs/store.md, "The lake: many machines"):
 
 * The same tables and views as the local store (``tracker.schema``), created in the
   lake without primary keys (DuckLake has none); upserts of run metadata are

@@ -1,4 +1,4 @@
-"""The web UI on the lake, connected with a read-only PostgreSQL role (the README's GRANT lines)."""
+"""The web UI on the lake, connected with a read-only PostgreSQL role (docs/store.md's GRANT lines)."""
 
 from __future__ import annotations
 
