@@ -50,7 +50,6 @@ import sys
 import threading
 import time
 import weakref
-from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -69,7 +68,7 @@ from tracker.flusher import (  # noqa: F401  (the limits are part of this module
     Flusher,
     check_timeout,
 )
-from tracker.loggers import DEFAULT_LOGGERS, LOGGER_TIMEOUT_S, Lane
+from tracker.loggers import DEFAULT_LOGGERS, LOGGER_TIMEOUT_S
 from tracker.runmeta import RunMeta
 from tracker.runplan import RESUME_MODES, environment, plan_segment, shared_run_id  # noqa: F401  (RESUME_MODES: public here)
 from tracker.spool import (  # noqa: F401  (home_dir: tracker.run.home_dir is public)
@@ -106,8 +105,12 @@ def _coerce(key: Any, value: Any) -> float:
     )
 
 
-class Run(Flusher):
-    """One training run (one rank of it). Create with :func:`tracker.init`."""
+class Run:
+    """One training run (one rank of it). Create with :func:`tracker.init`.
+
+    The training thread's half is here (validate, append to the buffers, count); the
+    background half is the run's :class:`tracker.flusher.Flusher`, whose buffers the
+    run appends to."""
 
     def __init__(
         self,
@@ -129,51 +132,53 @@ class Run(Flusher):
         self.config, self.tags, self.home = config, list(tags), home
         self.rank, self.world_size = rank, world_size
         self.segment, self.start_step, self.reason = segment, start_step, reason
-        self.status = "running"
         self.classes: list[str] | None = None
         self.meta: dict[str, Any] = {}
         self._next_step = start_step
         self._last_step: int | None = None
-        self._written_step: int | None = None
-        # deques: log() appends while the flusher pops from the other end; both are atomic,
-        # so a row appended during a flush is never lost (a swapped list could lose it)
-        self._buf: deque[tuple[int, float, tuple[str, ...], list[float]]] = deque()
-        self._cbuf: deque[tuple[int, float, str, np.ndarray]] = deque()
-        self._ebuf: deque[tuple[Any, ...]] = deque()
         self._rows = 0  # values logged since the last count into _logged (training thread)
         self._logged = 0  # values counted as logged (training thread only)
-        self._released = 0  # values every logger is done with (under _done_lock)
-        self._handed = 0  # values the flusher took out of the buffers (flusher only)
-        self._degraded = False
-        self._warned_behind = False
-        self.backpressure_s = 0.0  # seconds log() spent waiting for the flusher and loggers
         self._class_len: dict[str, int] = {}
         self._known_keys: set[tuple[str, ...]] = set()
         self._logger_names = list(loggers)
-        self._sessions: list[tuple[str, Any]] = []
-        self._lanes: list[Lane] = []
-        self._analysis: Lane | None = None
-        self._analyzer: Any = None
+        self._sessions: list[tuple[str, Any]] = []  # (logger name, session), opened by init
+        self._analyzer: Any = None  # the online analyzer, made by init (None: analysis off)
         self._meta: RunMeta | None = None
-        self._seq = 0
-        self._status_flushed = "running"
-        self._reported_drops: dict[str, int] = {}
-        self._lock = threading.Lock()  # serialises flushes, never held by log()
-        self._done_lock = threading.Lock()
-        self._done_cv = threading.Condition(self._done_lock)  # flush(): a batch left _open
-        self._open: dict[int, Any] = {}  # seq -> Batch that some logger has not finished (under _done_lock)
-        self._lost_seqs: deque[int] = deque(maxlen=1024)  # batches the durable record lacks (under _done_lock)
-        self._barrier_seq = -1  # the last batch a flush() has accounted for
         self._finish_done = threading.Event()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._finished = False
-        self._thread: threading.Thread | None = None
         self.flush_interval = float(config.get("tracker_flush_interval", FLUSH_INTERVAL_S))
         self.logger_timeout = float(config.get("tracker_logger_timeout", LOGGER_TIMEOUT_S))
         self.finish_deadline: float | None = None  # set by finish(): loggers must have closed by then
+        self._flusher = Flusher(
+            run_id=run_id, rank=rank, segment=segment, flush_interval=self.flush_interval,
+            logger_timeout=self.logger_timeout, last_step=lambda: self._last_step or self.start_step,
+            notifier=lambda: self.__dict__.get("_notify"),
+        )
+        # the flusher's buffers and wake-up, held here too: log() appends without a lookup more
+        self._buf = self._flusher.buf
+        self._cbuf = self._flusher.cbuf
+        self._wake = self._flusher.wake
 
     # -- public API ------------------------------------------------------------------
+    @property
+    def status(self) -> str:
+        """``running`` until :meth:`finish` (or a detector's event) says otherwise."""
+        return self._flusher.status
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self._flusher.status = value
+
+    @property
+    def dropped_rows(self) -> dict[str, int]:
+        """Values each logger had to drop (disk full past the bound, disabled); empty when none."""
+        return self._flusher.dropped_rows
+
+    @property
+    def backpressure_s(self) -> float:
+        """Seconds ``log()`` spent waiting for the flusher and loggers (see the module doc)."""
+        return self._flusher.backpressure_s
+
     @property
     def step(self) -> int | None:
         """The last step logged in this process (None before the first log)."""
@@ -342,8 +347,9 @@ class Run(Flusher):
         """
         limit = self.logger_timeout if timeout is None else check_timeout(timeout)
         if self._finished:  # finish() flushes and closes the loggers; another thread may be in it
-            return self._finish_done.wait(limit) or self._barrier_missed(limit, "finish() is still closing the loggers")
-        return self._barrier(limit)
+            return self._finish_done.wait(limit) or self._flusher.barrier_missed(
+                limit, "finish() is still closing the loggers")
+        return self._flusher.barrier(limit)
 
     def finish(self, status: str = "finished") -> None:
         """Flush, close the loggers and mark the run ``status``. Safe to call twice.
@@ -356,31 +362,15 @@ class Run(Flusher):
         if embeddings is not None:  # its last statistics go out with the last flush
             embeddings.close(self.logger_timeout / 2)
         self._finished = True
-        self._stop.set()
-        self._wake.set()
         deadline = self.finish_deadline = time.monotonic() + self.logger_timeout
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.logger_timeout)
-        self._flush()
-        if self._analysis is not None:  # events found in the last rows go out too
-            if not self._analysis.wait_idle(min(deadline - time.monotonic(), self.logger_timeout / 2)):
-                self._analysis.disable("it did not finish the last rows in time")
-            self._flush()
-        for lane in self._lanes:
-            if not lane.wait_idle(deadline - time.monotonic()):
-                lane.disable(f"it did not write its last rows within {self.logger_timeout:g} s")
-        self._report_drops()
+        self._flusher.drain(deadline)
         if self.status == "running" or status != "finished":
             self.status = status
         if self._meta is not None:
             drops = self.dropped_rows
             extra = {"dropped_rows": sum(drops.values()), "dropped_by_logger": drops} if drops else {}
             self._meta.ended(self.status, **extra)
-        lanes = [*self._lanes, *([self._analysis] if self._analysis is not None else [])]
-        for lane in lanes:
-            lane.request_close(self.status)
-        for lane in lanes:
-            lane.wait_closed(deadline - time.monotonic())
+        self._flusher.close(self.status, deadline)
         if self.__dict__.get("_notify") is not None:  # the last events' alerts, then the rest from the spool
             self.__dict__["_notify"].close()
         self._finish_done.set()
@@ -436,16 +426,17 @@ class Run(Flusher):
             self._logged += self._rows
             self._rows = 0
             self._wake.set()
-            if self._logged - self._released > MAX_BUFFERED_ROWS:
-                self._backpressure()
+            if self._logged - self._flusher.released > MAX_BUFFERED_ROWS:
+                self._flusher.backpressure(self._logged)
             else:
-                self._degraded = False
+                self._flusher.degraded = False
 
     def _add_event(self, ev: Event) -> None:
-        self._ebuf.append(
-            (ev.step, ev.key, ev.kind, ev.severity, ev.message,
-             json.dumps(ev.data, default=float, allow_nan=True), time.time())
-        )
+        self._flusher.add_event(ev)
+
+    def _start(self) -> None:
+        """Start the flusher with the loggers and analyzer that init opened."""
+        self._flusher.start(self._sessions, self._analyzer, self._meta)
 
 # -- init ----------------------------------------------------------------------------
 _LIVE: "weakref.WeakSet[Run]" = weakref.WeakSet()

@@ -138,7 +138,7 @@ def test_a_slow_analysis_warm_up_does_not_delay_writing(home: Path, monkeypatch:
 
 
 def _backlog(run: Any) -> int:
-    return run._logged + run._rows - run._released
+    return run._logged + run._rows - run._flusher.released
 
 
 def test_memory_stays_bounded_when_the_store_is_stuck(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
