@@ -1,7 +1,7 @@
 """The YOLO trainings of the fault corpus: Ultralytics YOLO11n on the generated long-tail detection set.
 
 Each run trains YOLO11n from ``yolo11n.yaml`` (no weights downloaded, Ultralytics
-offline: :func:`tracker.yolo_demo.child_env`) on the synthetic COCO-long-tail set of
+offline: :func:`tracker.integrations.yolo_demo.child_env`) on the synthetic COCO-long-tail set of
 :mod:`tracker.integrations.yolo_synthetic`, tracked by
 :func:`tracker.integrations.ultralytics.track` (which logs ``sys/data_time``), with
 the system sampler on, in its own process. Faults:
@@ -104,7 +104,7 @@ def train_here(spec: YoloSpec) -> None:
 
 def train(spec: YoloSpec, home: Path, interval: float = 0.2, timeout: float = 1200) -> dict[str, Any]:
     """Train ``spec`` in a child process; returns the record with its labels."""
-    from tracker.yolo_demo import child_env
+    from tracker.integrations.yolo_demo import child_env
 
     env = {**child_env(spec.workdir, home), "TRACKER_SYSTEM_INTERVAL": str(interval)}
     env.pop("TRACKER_SYSTEM", None)

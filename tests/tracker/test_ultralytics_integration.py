@@ -28,7 +28,7 @@ from tracker.integrations.ultralytics_env import apply_env, offline_config
 from tracker.integrations.yolo_synthetic import SyntheticDataset, make_dataset
 from tracker.losses import LossTerm, reduce_elementwise
 from tracker.store import Store
-from tracker.yolo_demo import NETWORK_LOG, TrainSpec, child_env, run_child
+from tracker.integrations.yolo_demo import NETWORK_LOG, TrainSpec, child_env, run_child
 
 pytestmark = pytest.mark.slow
 EPOCHS, BATCH, RFS = 2, 8, 0.2
@@ -422,7 +422,7 @@ def test_training_made_no_network_call_and_wrote_only_its_folders(trained: Train
 
 
 def test_the_network_guard_sees_ultralytics_probes(tmp_path: Path) -> None:
-    code = ("import sys; from tracker.yolo_demo import _guard_network; _guard_network(sys.argv[1]); "
+    code = ("import sys; from tracker.integrations.yolo_demo import _guard_network; _guard_network(sys.argv[1]); "
             "import ultralytics.utils as u; print(u.ONLINE)")
     env = child_env(tmp_path, tmp_path / "home")
     env.pop("YOLO_OFFLINE")

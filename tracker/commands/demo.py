@@ -42,13 +42,13 @@ def _quick(console: Console, steps: int, home: str | None, tag: str) -> tuple[li
 
 
 def _yolo(console: Console, epochs: int, images: int, home: str | None, tag: str) -> tuple[list[str], str]:
-    """The real-detector demo (tracker.yolo_demo)."""
+    """The real-detector demo (tracker.integrations.yolo_demo)."""
     if importlib.util.find_spec("ultralytics") is None:
         raise click.ClickException(
             "the YOLO demo needs Ultralytics: pip install 'tracker[ultralytics]' (AGPL-3.0), "
             "or run the synthetic one with: tracker demo --quick"
         )
-    from tracker.yolo_demo import run_demo
+    from tracker.integrations.yolo_demo import run_demo
 
     console.print("[bold]tracker demo[/]: YOLO11n trained with Ultralytics on CPU, "
                   "stock BCE vs class-weighted BCE + repeat-factor sampling")

@@ -229,7 +229,7 @@ def yolo_child(spec: YoloSpec) -> None:
 def yolo_env(workdir: Path, home: Path, user_settings: bool) -> dict[str, str]:
     """A training child's environment: the tests' offline Ultralytics configuration, or with
     ``user_settings`` the one a user has by default (:func:`tracker.testing.netaudit.user_env`)."""
-    from tracker.yolo_demo import child_env
+    from tracker.integrations.yolo_demo import child_env
 
     env = {**child_env(workdir, home), "TRACKER_SYSTEM": "0", "TRACKER_INGEST_ON_FINISH": "0"}
     if user_settings:

@@ -6,7 +6,7 @@ weights from the training labels) and repeat-factor sampling. Run B is killed
 with SIGKILL in the middle of an epoch and resumed from its ``last.pt``; its
 curves show one resume mark and no duplicate or gap.
 
-Each training runs in a child process (``python -m tracker.yolo_demo train SPEC``)
+Each training runs in a child process (``python -m tracker.integrations.yolo_demo train SPEC``)
 so that the kill is a real ``kill -9``; the tests use the same entry point.
 Everything is written under one work folder (the dataset, Ultralytics' runs and
 its private offline configuration) and TRACKER_HOME.
@@ -58,7 +58,7 @@ def child_env(workdir: str | Path, home: str | Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(offline_config(Path(workdir) / "ultralytics-config"))
     env["TRACKER_HOME"] = str(Path(home).resolve())
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])  # where `tracker` is importable from
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
@@ -146,7 +146,7 @@ def run_child(spec: TrainSpec, home: str | Path, *, kill_after_pause_s: float = 
     """
     marker = Path(spec.workdir) / PAUSE_FILE
     marker.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "tracker.yolo_demo", "train", json.dumps(asdict(spec))]
+    cmd = [sys.executable, "-m", "tracker.integrations.yolo_demo", "train", json.dumps(asdict(spec))]
     env = {**child_env(spec.workdir, home), **(extra_env or {})}
     proc = subprocess.Popen(cmd, env=env, cwd=spec.workdir,
                             stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -229,9 +229,9 @@ def run_demo(home: str | Path | None, tag: str, *, train_images: int = 256, val_
 
 
 def main(argv: list[str]) -> int:
-    """``python -m tracker.yolo_demo train SPEC_JSON``."""
+    """``python -m tracker.integrations.yolo_demo train SPEC_JSON``."""
     if len(argv) != 2 or argv[0] != "train":
-        print("usage: python -m tracker.yolo_demo train SPEC_JSON", file=sys.stderr)
+        print("usage: python -m tracker.integrations.yolo_demo train SPEC_JSON", file=sys.stderr)
         return 2
     raw = json.loads(argv[1])
     if raw.get("pause_at") is not None:
