@@ -1,6 +1,6 @@
 """Chaos benchmark: many kill -9 rounds, then a soak at full logging speed.
 
-* Rounds (:mod:`tracker.testing.chaos`): a trainer and an ingester killed with
+* Rounds (:mod:`tests.harness.chaos`): a trainer and an ingester killed with
   SIGKILL at random moments (while starting, resuming, logging, ingesting), each
   round checked for duplicates, gaps and lost durable rows; the counts are printed.
 * Soak: one process logs 10 keys per step as fast as it can (no pacing) for a while;
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tracker  # noqa: E402
-from tracker.testing.chaos import run_rounds  # noqa: E402
+from tests.harness.chaos import run_rounds  # noqa: E402
 
 
 def rss_mb() -> float:

@@ -1,6 +1,6 @@
 """Checkpoint-kill benchmark: trainings killed with SIGKILL right after a checkpoint, resumed.
 
-* Ultralytics (:func:`tracker.testing.ckpt_kill.yolo_rounds`): YOLO11n with ``track()``,
+* Ultralytics (:func:`tests.harness.ckpt_kill.yolo_rounds`): YOLO11n with ``track()``,
   20 rounds by default. Round i resumes from ``last.pt`` (round 0 starts), trains one
   epoch and is killed from inside ``on_model_save`` (``last.pt`` just written): at once
   in even rounds, after a random 0-0.4 s in odd ones; a last resume trains to the end.
@@ -9,7 +9,7 @@
   duplicate, the epoch metrics of every epoch a resume has seen once. The trainings run
   with Ultralytics' default settings (MLflow callback on, MLflow installed) under an
   audit hook that records any name lookup or connection.
-* The plain loop (:func:`tracker.testing.ckpt_kill.plain_rounds`, two ranks), 20 rounds
+* The plain loop (:func:`tests.harness.ckpt_kill.plain_rounds`, two ranks), 20 rounds
   with ``run.flush()`` before each checkpoint and 20 without it (flush interval 1 s,
   the default), counting the rounds whose kill lost rows logged before the checkpoint.
 
@@ -34,8 +34,8 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tracker.testing.ckpt_kill import plain_rounds, yolo_env, yolo_rounds  # noqa: E402
-from tracker.testing.netaudit import settings_file  # noqa: E402
+from tests.harness.ckpt_kill import plain_rounds, yolo_env, yolo_rounds  # noqa: E402
+from tests.harness.netaudit import settings_file  # noqa: E402
 
 
 def yolo(rounds: int, seed: int) -> bool:

@@ -1,7 +1,7 @@
 """Benchmark: many "hosts" writing one DuckLake (PostgreSQL catalog) at once, and one
 host's sustained commit rate.
 
-Starts a throw-away PostgreSQL server (``tracker.testing.postgres``) with PostgreSQL's
+Starts a throw-away PostgreSQL server (``tests.harness.postgres``) with PostgreSQL's
 default settings, ``fsync`` on as a real catalog runs (``--fsync off`` for comparison;
 or pass ``--store``/``--data-path``), then:
 
@@ -213,7 +213,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="tracker-bench-lake-"))
     server = None
     if args.store is None:
-        from tracker.testing.postgres import PostgresServer
+        from tests.harness.postgres import PostgresServer
 
         server = PostgresServer(fsync=args.fsync == "on")
         store, data_path = "ducklake:postgres:" + server.dsn(), str(tmp / "lake-data")

@@ -10,12 +10,12 @@ from typing import Iterator
 import pytest
 
 from tracker.host import Host, set_host
-from tracker.testing import netaudit
+from tests.harness import netaudit
 
 pytest_plugins = ["tracker.testing.pytest_plugin"]
 
 # No test, and no Python process a test starts, looks a name up or connects anywhere but
-# this machine: an audit hook records and refuses it (tracker/testing/netaudit.py), in this
+# this machine: an audit hook records and refuses it (tests/harness/netaudit.py), in this
 # process and, through tests/netaudit/sitecustomize.py on PYTHONPATH, in every child.
 NET_RECORD = Path(tempfile.mkdtemp(prefix="tracker-netaudit-")) / "network.log"
 NET_RECORD.touch()

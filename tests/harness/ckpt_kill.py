@@ -193,13 +193,13 @@ class YoloSpec:
     resume: bool = False
     kill_epoch: int | None = None
     kill_delay_s: float = 0.0
-    audit: str | None = None  # record (and refuse) network use in this file (tracker.testing.netaudit)
+    audit: str | None = None  # record (and refuse) network use in this file (tests.harness.netaudit)
 
 
 def yolo_child(spec: YoloSpec) -> None:
-    """Train as ``spec`` says, in this process (``python -m tracker.testing.ckpt_kill yolo SPEC``)."""
+    """Train as ``spec`` says, in this process (``python -m tests.harness.ckpt_kill yolo SPEC``)."""
     if spec.audit:
-        from tracker.testing.netaudit import install
+        from tests.harness.netaudit import install
 
         install(spec.audit)
     from ultralytics import YOLO
@@ -228,19 +228,19 @@ def yolo_child(spec: YoloSpec) -> None:
 
 def yolo_env(workdir: Path, home: Path, user_settings: bool) -> dict[str, str]:
     """A training child's environment: the tests' offline Ultralytics configuration, or with
-    ``user_settings`` the one a user has by default (:func:`tracker.testing.netaudit.user_env`)."""
+    ``user_settings`` the one a user has by default (:func:`tests.harness.netaudit.user_env`)."""
     from tracker.integrations.yolo_demo import child_env
 
     env = {**child_env(workdir, home), "TRACKER_SYSTEM": "0", "TRACKER_INGEST_ON_FINISH": "0"}
     if user_settings:
-        from tracker.testing.netaudit import user_env
+        from tests.harness.netaudit import user_env
 
         env = user_env(workdir / "ultralytics-config", base=env)
     return env
 
 
 def _yolo_run(spec: YoloSpec, env: dict[str, str], log: Any) -> int:
-    cmd = [sys.executable, "-m", "tracker.testing.ckpt_kill", "yolo", json.dumps(asdict(spec))]
+    cmd = [sys.executable, "-m", "tests.harness.ckpt_kill", "yolo", json.dumps(asdict(spec))]
     return subprocess.run(cmd, env=env, cwd=spec.workdir, stdout=log, stderr=subprocess.STDOUT,
                           timeout=900).returncode
 
@@ -311,9 +311,9 @@ def yolo_rounds(workdir: Path, home: Path, rounds: int, *, seed: int = 0, max_de
 
 
 def main(argv: list[str]) -> int:
-    """``python -m tracker.testing.ckpt_kill yolo SPEC_JSON``."""
+    """``python -m tests.harness.ckpt_kill yolo SPEC_JSON``."""
     if len(argv) != 2 or argv[0] != "yolo":
-        print("usage: python -m tracker.testing.ckpt_kill yolo SPEC_JSON", file=sys.stderr)
+        print("usage: python -m tests.harness.ckpt_kill yolo SPEC_JSON", file=sys.stderr)
         return 2
     yolo_child(YoloSpec(**json.loads(argv[1])))
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tracker.testing.chaos import run_rounds
+from tests.harness.chaos import run_rounds
 
 
 def test_random_kills_during_start_resume_logging_and_ingestion(home: Path) -> None:

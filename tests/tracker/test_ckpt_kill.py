@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracker.testing.ckpt_kill import EVERY, plain_rounds
+from tests.harness.ckpt_kill import EVERY, plain_rounds
 
 
 def test_twenty_kills_right_after_a_checkpoint_lose_nothing_before_it(home: Path, tmp_path: Path) -> None:

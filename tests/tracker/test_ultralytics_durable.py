@@ -23,8 +23,8 @@ import tracker
 from tracker.integrations.ultralytics import MLFLOW_MODULE, _Tracker, epoch_rows, mlflow_off
 from tracker.integrations.ultralytics_env import apply_env, offline_config
 from tracker.store import Store
-from tracker.testing.ckpt_kill import RoundReport, yolo_env, yolo_rounds
-from tracker.testing.netaudit import settings_file
+from tests.harness.ckpt_kill import RoundReport, yolo_env, yolo_rounds
+from tests.harness.netaudit import settings_file
 
 pytestmark = pytest.mark.slow
 ROUNDS = 2
@@ -98,7 +98,7 @@ def test_tracked_trainings_made_no_network_call_and_left_the_settings_alone(kill
 
 AUDITED = """
 import socket, sys
-from tracker.testing.netaudit import install
+from tests.harness.netaudit import install
 install(sys.argv[1])
 server = socket.socket()
 server.bind(("127.0.0.1", 0))

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from tracker.testing.postgres import PostgresServer
+from tests.harness.postgres import PostgresServer
 
 _DB = itertools.count()
 ROOT = Path(__file__).resolve().parents[3]

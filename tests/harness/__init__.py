@@ -1,0 +1,12 @@
+"""Test harness shared by the test suite and bench/ (not shipped in the package).
+
+* :mod:`tests.harness.chaos`: trainer and ingester killed with SIGKILL at random moments;
+* :mod:`tests.harness.ckpt_kill`: trainings killed right after a checkpoint, then resumed;
+* :mod:`tests.harness.netaudit`: an audit hook that records and refuses network use;
+* :mod:`tests.harness.postgres`: a throw-away PostgreSQL server for the lake tests.
+
+Import them as ``tests.harness.X`` from the repository root (pytest puts it on
+``sys.path``, see ``pythonpath`` in pyproject.toml; ``python -m bench.X`` runs from it).
+The public test helpers for plugin authors (the conformance checks and their pytest
+plugin) stay in :mod:`tracker.testing`.
+"""
