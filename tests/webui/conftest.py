@@ -12,13 +12,21 @@ The seeded store holds (all values follow closed formulas the tests recompute):
 ``coco_run`` adds ``run-coco`` to a test's copy: COCO's 80 classes, trained (on
 paper) with class-weighted BCE the way the demo records it: the loss section of the
 config holds ``scheme``, ``beta`` and the 80 ``counts``, and no weight vector.
+
+Pages under AppTest: ``app_page`` (on whatever store ``TRACKER_HOME`` names) and
+``open_page`` (on the seeded store); ``charts_of`` reads the charts they drew. In a real
+browser: ``app_server`` serves a store, ``chromium`` opens headless Chromium (both from
+:mod:`webui.browser`, which the screenshot scripts use too) and ``screenshot`` saves a
+PNG to ``artifacts/`` (and ``docs/``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+from contextlib import ExitStack
 from types import SimpleNamespace
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -26,8 +34,11 @@ from typing import Any, Callable, Iterator
 import pytest
 
 import tracker
+from tracker.errors import TrackerError
+from webui.browser import launch_chromium, save_png, serve_app
 
-APP = Path(__file__).resolve().parents[2] / "webui" / "streamlit_app.py"
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "webui" / "streamlit_app.py"
 CLASSES = ["person", "bicycle", "car", "hair drier"]
 COUNTS = [262465, 7113, 43867, 198]
 WEIGHTS = [0.2, 1.0, 0.5, 3.0]
@@ -167,45 +178,73 @@ def store_home(seeded_template: Path, tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 @pytest.fixture
+def plain_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A store of one run, ``plain``, with one ``loss`` value and nothing else, in a folder of its
+    own that ``TRACKER_HOME`` now points at; its run id."""
+    monkeypatch.setenv("TRACKER_HOME", str(tmp_path / "other"))
+    run = tracker.init("p", system=False, run_id="plain")
+    run.log({"loss": 1.0}, step=0)
+    run.finish()
+    return run.run_id
+
+
+@pytest.fixture
 def store(store_home: Path) -> Any:
     from tracker.store import Store
 
     return Store(store_home)
 
 
-@pytest.fixture
-def open_page(store_home: Path) -> Iterator[Callable[..., Any]]:
-    """Open a page of the app with AppTest: ``open_page("curves", run=[...], key="loss/total")``."""
-    import streamlit as st
+def open_app(page: str | None = None, **params: Any) -> Any:
+    """Run the app under AppTest on the store ``TRACKER_HOME`` names: ``views/<page>.py`` (the
+    router's own first page when ``page`` is None) with ``params`` as its query parameters. The
+    run must raise no exception."""
     from streamlit.testing.v1 import AppTest
 
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    for name, value in params.items():
+        at.query_params[name] = value
+    if page is not None:
+        at.switch_page(f"views/{page}.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+@pytest.fixture
+def app_page() -> Iterator[Callable[..., Any]]:
+    """:func:`open_app` on whatever store ``TRACKER_HOME`` names; Streamlit's data cache is
+    cleared before the test and after it."""
+    import streamlit as st
+
+    st.cache_data.clear()
+    yield open_app
     st.cache_data.clear()
 
-    def _open(page: str = "runs", **params: Any) -> AppTest:
-        at = AppTest.from_file(str(APP), default_timeout=60)
-        for name, value in params.items():
-            at.query_params[name] = value
-        if page != "runs":
-            at.switch_page(f"views/{page}.py")
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
 
-    yield _open
-    st.cache_data.clear()
+@pytest.fixture
+def open_page(store_home: Path, app_page: Callable[..., Any]) -> Callable[..., Any]:
+    """Open a page of the app on the seeded store: ``open_page("curves", run=[...], key="loss/total")``
+    (``"runs"``, the default, is the router's first page)."""
+
+    def _open(page: str = "runs", **params: Any) -> Any:
+        return app_page(None if page == "runs" else page, **params)
+
+    return _open
 
 
 def chart_specs(at: Any) -> list[dict[str, Any]]:
-    """The Vega-Lite specs the page drew, each with ``_data``: its datasets as row dicts."""
+    """The Vega-Lite specs the page drew, each with ``_data`` (its datasets as row dicts, by
+    name), ``_rows`` (all those rows in one list) and ``_key`` (the chart's widget key)."""
     from streamlit import dataframe_util
 
     out = []
     for chart in at.get("vega_lite_chart"):
         spec = json.loads(chart.proto.spec)
-        spec["_data"] = {
-            d.name: dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data).to_dict("records")
-            for d in chart.proto.datasets
-        }
+        datasets = [(d.name, dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data).to_dict("records"))
+                    for d in chart.proto.datasets]
+        spec["_data"] = dict(datasets)
+        spec["_rows"] = [row for _, rows in datasets for row in rows]
         spec["_key"] = chart.key
         out.append(spec)
     return out
@@ -214,3 +253,54 @@ def chart_specs(at: Any) -> list[dict[str, Any]]:
 @pytest.fixture
 def charts_of() -> Callable[[Any], list[dict[str, Any]]]:
     return chart_specs
+
+
+@pytest.fixture(scope="module")
+def app_server() -> Iterator[Callable[[Path], str]]:
+    """Serve the app on a store, as ``tracker ui`` does: ``url = app_server(home)``. The
+    servers are stopped when the module's tests are done."""
+    with ExitStack() as stack:
+        yield lambda home: stack.enter_context(serve_app(home))
+
+
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
+    """Headless Chromium (:func:`webui.browser.launch_chromium`): ``context = chromium(width,
+    height)``, a Playwright browser context closed when the module's tests are done. No
+    Chromium fails the test, with how to install it."""
+    with ExitStack() as stack:
+
+        def launch(width: int = 1400, height: int = 1000) -> Any:
+            profile = tmp_path_factory.mktemp("chromium-profile")
+            try:
+                return stack.enter_context(launch_chromium(profile, width=width, height=height))
+            except TrackerError as error:
+                pytest.fail(str(error))
+
+        yield launch
+
+
+def save_screenshot(page: Any, name: str, *, scale: float = 1.0, clip: dict[str, float] | None = None,
+                    full_page: bool = False, docs: bool = True) -> Path:
+    """Save ``artifacts/<name>``: a 256-colour PNG of ``page`` (or its ``clip``) scaled by
+    ``scale``, the original beside it as ``<name>-full.png``; or, with ``full_page``,
+    Playwright's own PNG of the whole page. It must hold more than 10 kB. With
+    ``UPDATE_SCREENSHOT=1`` (and ``docs``) it is copied to ``docs/`` for the README."""
+    artifacts = ROOT / "artifacts"
+    artifacts.mkdir(exist_ok=True)
+    shot = artifacts / name
+    if full_page:
+        page.screenshot(path=str(shot), full_page=True)
+    else:
+        save_png(page, shot, scale=scale, clip=clip)
+    assert shot.stat().st_size > 10_000
+    if docs and os.environ.get("UPDATE_SCREENSHOT") == "1":
+        (ROOT / "docs").mkdir(exist_ok=True)
+        shutil.copyfile(shot, ROOT / "docs" / name)
+    return shot
+
+
+@pytest.fixture(scope="session")
+def screenshot() -> Callable[..., Path]:
+    """:func:`save_screenshot`, for the browser tests."""
+    return save_screenshot

@@ -264,13 +264,9 @@ def test_pages_leave_the_store_free(page: str, open_page: Any, store: Any) -> No
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
 
 
-def test_an_empty_store_says_how_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from streamlit.testing.v1 import AppTest
-
+def test_an_empty_store_says_how_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, app_page: Any) -> None:
     monkeypatch.setenv("TRACKER_HOME", str(tmp_path / "empty"))
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "webui" / "streamlit_app.py"),
-                           default_timeout=60).run()
-    assert not at.exception
+    at = app_page()  # asserts no exception
     assert "No runs yet" in at.info[0].value
 
 

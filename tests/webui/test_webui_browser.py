@@ -19,29 +19,18 @@ a stop to show.
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
 
 import tracker
-from tracker.commands.ui import app_env, streamlit_command
+from webui.browser import CHART
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic",
-]
-CHART = ".vega-embed canvas, .vega-embed svg.marks"
 DRAWN = """(el) => {
   if (el.tagName.toLowerCase() === 'svg') {
     const marks = el.querySelectorAll('g.mark-line path, g.mark-area path');
@@ -113,28 +102,9 @@ def seed_showcase(home: Path) -> None:
         run_module.time = real
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"streamlit exited with status {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise AssertionError(f"streamlit did not answer on {url} within {timeout:.0f} s")
-
-
 @pytest.fixture(scope="module")
-def server(seeded_template: Path, tmp_path_factory: pytest.TempPathFactory, seeders: Any) -> Iterator[str]:
+def server(seeded_template: Path, tmp_path_factory: pytest.TempPathFactory, seeders: Any,
+           app_server: Callable[[Path], str]) -> str:
     home = tmp_path_factory.mktemp("browser") / "home"
     shutil.copytree(seeded_template, home)
     seed_showcase(home)
@@ -142,38 +112,12 @@ def server(seeded_template: Path, tmp_path_factory: pytest.TempPathFactory, seed
     from tracker import demo
 
     demo.run_quick(400, str(home), "shot", say=lambda line: None)  # the quick demo's three runs, 80 classes
-    port = free_port()
-    cmd = streamlit_command(port) + ["--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, env=app_env(home), cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return app_server(home)
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}; install it with `bash scripts/apt-deps.sh browser` or set CHROMIUM")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
-            args=FLAGS, viewport={"width": 1400, "height": 1000},
-        )
-        try:
-            yield context
-        finally:
-            context.close()
+def browser(chromium: Callable[..., Any]) -> Any:
+    return chromium(1400, 1000)
 
 
 @pytest.fixture
@@ -185,7 +129,7 @@ def browser_page(browser: Any) -> Iterator[Any]:
         page.close()
 
 
-def test_curves_page_draws_in_chromium(server: str, browser_page: Any) -> None:
+def test_curves_page_draws_in_chromium(server: str, browser_page: Any, screenshot: Any) -> None:
     page = browser_page
     page.goto(f"{server}/curves?run=show-cw&run=show-bce&key=loss/total&smooth=0.8", wait_until="domcontentloaded")
     chart = page.wait_for_selector(CHART, state="visible", timeout=90_000)
@@ -195,7 +139,7 @@ def test_curves_page_draws_in_chromium(server: str, browser_page: Any) -> None:
     assert page.get_by_role("heading", name="Curves").count() == 1
     assert page.locator('[data-testid="stException"]').count() == 0
     page.wait_for_timeout(500)
-    save_screenshot(page, "curves.png", scale=0.75)
+    screenshot(page, "curves.png", scale=0.75)
 
 
 def test_brushing_the_chart_zooms_at_full_detail(server: str, browser_page: Any) -> None:
@@ -223,28 +167,6 @@ OVERFLOW = """() => Array.from(document.querySelectorAll('.vega-embed')).filter(
   el => el.scrollWidth > el.clientWidth + 2 || el.getBoundingClientRect().right > window.innerWidth + 2).length"""
 
 
-def save_screenshot(page: Any, name: str, *, scale: float = 1.0, clip: dict[str, float] | None = None) -> Path:
-    """Save a PNG of ``page`` (or its ``clip``) to ``artifacts/<name>``, scaled by ``scale`` with a
-    256-colour palette, the original beside it as ``<name>-full.png``; copied to ``docs/`` on
-    ``UPDATE_SCREENSHOT=1``."""
-    from PIL import Image
-
-    artifacts = ROOT / "artifacts"
-    artifacts.mkdir(exist_ok=True)
-    full = artifacts / name.replace(".png", "-full.png")
-    page.screenshot(path=str(full), clip=clip)
-    shot = artifacts / name
-    with Image.open(full) as image:
-        size = (int(image.width * scale), int(image.height * scale))
-        small = image.convert("RGB").resize(size, Image.LANCZOS) if scale != 1.0 else image.convert("RGB")
-    small.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(shot, optimize=True)
-    assert shot.stat().st_size > 10_000
-    if os.environ.get("UPDATE_SCREENSHOT") == "1":
-        (ROOT / "docs").mkdir(exist_ok=True)
-        shutil.copyfile(shot, ROOT / "docs" / name)
-    return shot
-
-
 def wait_drawn(page: Any, minimum: int) -> Any:
     chart = page.wait_for_selector(CHART, state="visible", timeout=90_000)
     page.wait_for_function(
@@ -254,7 +176,7 @@ def wait_drawn(page: Any, minimum: int) -> Any:
 
 
 @pytest.mark.parametrize("axis", ["step", "wall time", "relative time (s)"])
-def test_curves_page_draws_on_every_x_axis(server: str, browser_page: Any, axis: str) -> None:
+def test_curves_page_draws_on_every_x_axis(server: str, browser_page: Any, axis: str, screenshot: Any) -> None:
     page = browser_page
     x = axis.replace(" ", "+").replace("(", "%28").replace(")", "%29")
     page.goto(f"{server}/curves?run=show-cw&run=show-bce&key=loss/total&smooth=0.8&x={x}",
@@ -267,7 +189,7 @@ def test_curves_page_draws_on_every_x_axis(server: str, browser_page: Any, axis:
     assert page.locator('[data-testid="stException"]').count() == 0
     assert page.evaluate(OVERFLOW) == 0
     if axis == "wall time":
-        save_screenshot(page, "curves-wall-time.png", scale=0.75)
+        screenshot(page, "curves-wall-time.png", scale=0.75)
 
 
 @pytest.mark.parametrize("path", ["classes?run=demo-shot-weighted", "classes?run=run-coco",
@@ -275,7 +197,7 @@ def test_curves_page_draws_on_every_x_axis(server: str, browser_page: Any, axis:
                                   "events?run=demo-shot-overwrite", "curves?run=run-coco&x=wall+time",
                                   "curves?run=run-coco&x=relative+time+%28s%29", "events?run=run-coco",
                                   "runs?run=run-coco", "sql?run=run-coco"])
-def test_every_page_at_80_classes(server: str, browser_page: Any, path: str) -> None:
+def test_every_page_at_80_classes(server: str, browser_page: Any, path: str, screenshot: Any) -> None:
     page = browser_page
     page.goto(f"{server}/{path}", wait_until="domcontentloaded")
     page.wait_for_selector('[data-testid="stMainBlockContainer"] h1', timeout=90_000)
@@ -296,7 +218,7 @@ def test_every_page_at_80_classes(server: str, browser_page: Any, path: str) -> 
         bottom = page.evaluate("() => Math.max(...Array.from(document.querySelectorAll("
                                "'[data-testid=\"stMainBlockContainer\"] [data-testid=\"stElementContainer\"]'))"
                                ".map(el => el.getBoundingClientRect().bottom))")
-        save_screenshot(page, "per-class.png", scale=0.6, clip={"x": 0, "y": 0, "width": 1400, "height": bottom + 30})
+        screenshot(page, "per-class.png", scale=0.6, clip={"x": 0, "y": 0, "width": 1400, "height": bottom + 30})
 
 
 @pytest.mark.parametrize("path, charts", [("classes?run=run-w", 4), ("events?run=run-w", 0), ("sql", 0), ("", 0)])

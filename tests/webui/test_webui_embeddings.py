@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,7 +16,6 @@ from tracker.store import Store
 from webui import embedding_charts
 from webui.embedding_queries import embedding_keys, embedding_view
 
-APP = Path(__file__).resolve().parents[2] / "webui" / "streamlit_app.py"
 DIM = 32
 
 
@@ -74,30 +72,11 @@ def test_runs_without_embeddings_have_no_keys(home_env: Path) -> None:
     assert view.keys.is_empty() and view.points.is_empty() and view.events.is_empty()
 
 
-def _specs(at: Any) -> list[dict[str, Any]]:
-    from streamlit import dataframe_util
-
-    out = []
-    for chart in at.get("vega_lite_chart"):
-        spec = json.loads(chart.proto.spec)
-        spec["_rows"] = [row for d in chart.proto.datasets
-                         for row in dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data).to_dict("records")]
-        out.append(spec)
-    return out
-
-
-def test_the_page_draws_the_three_statistics_with_the_collapse_marked(home_env: Path) -> None:
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
-    st.cache_data.clear()
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.query_params["run"] = ["collapsing", "healthy"]
-    at.switch_page("views/embeddings.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+def test_the_page_draws_the_three_statistics_with_the_collapse_marked(home_env: Path, app_page: Any,
+                                                                      charts_of: Any) -> None:
+    at = app_page("embeddings", run=["collapsing", "healthy"])
     assert [t.value for t in at.title] == ["Embeddings"]
-    specs = _specs(at)
+    specs = charts_of(at)
     assert [s["title"]["text"] for s in specs] == ["std x sqrt(D)", "RankMe", "dead dimensions"]
     std_rows = specs[0]["_rows"]
     assert {r["run"] for r in std_rows if "y" in r and "run" in r} == {"collapsing", "healthy"}
@@ -105,22 +84,8 @@ def test_the_page_draws_the_three_statistics_with_the_collapse_marked(home_env: 
     marks = [r for r in std_rows if "message" in r]
     assert marks and all(r["run"] == "collapsing" and "What to do" in r["message"] for r in marks)
     assert [s.value for s in at.subheader] == ["Collapse events"]
-    st.cache_data.clear()
 
 
-def test_the_page_says_how_to_log_embeddings(home_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
-    monkeypatch.setenv("TRACKER_HOME", str(tmp_path / "other"))
-    run = tracker.init("p", system=False, run_id="plain")
-    run.log({"loss": 1.0}, step=0)
-    run.finish()
-    st.cache_data.clear()
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.query_params["run"] = ["plain"]
-    at.switch_page("views/embeddings.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+def test_the_page_says_how_to_log_embeddings(home_env: Path, plain_run: str, app_page: Any) -> None:
+    at = app_page("embeddings", run=[plain_run])
     assert any("run.log_embeddings" in i.value for i in at.info)
-    st.cache_data.clear()

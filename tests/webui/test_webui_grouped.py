@@ -5,13 +5,12 @@ over three seeds (and a fork)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable
 
 import pytest
 
 import tracker
 
-APP = Path(__file__).resolve().parents[2] / "webui" / "streamlit_app.py"
 SCHEMES = {"ce": 2.0, "focal": 1.0}
 
 
@@ -38,23 +37,10 @@ def grouped_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def open_page(grouped_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
+def open_page(grouped_home: Path, monkeypatch: pytest.MonkeyPatch, app_page: Callable[..., Any]) -> Callable[..., Any]:
+    """The conftest's ``app_page`` on this module's store."""
     monkeypatch.setenv("TRACKER_HOME", str(grouped_home))
-    st.cache_data.clear()
-
-    def _open(page: str, **params: Any) -> AppTest:
-        at = AppTest.from_file(str(APP), default_timeout=60)
-        for name, value in params.items():
-            at.query_params[name] = value
-        at.switch_page(f"views/{page}.py")
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
-
-    yield _open
+    return app_page
 
 
 def _rows(at: Any, caption: str) -> list[dict[str, Any]]:

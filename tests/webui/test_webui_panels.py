@@ -12,8 +12,6 @@ from tracker import hookimpl
 from tracker.host import Host, make_plugin_manager, set_host
 from webui.panels import Panel
 
-APP = Path(__file__).resolve().parents[2] / "webui" / "streamlit_app.py"
-
 
 def say_hello() -> None:
     st.markdown("hello from a plugin panel")
@@ -47,17 +45,21 @@ def with_panel(store_home: Path) -> Iterator[Callable[[Panel], None]]:
         set_host(old[0])
 
 
-def open_panel() -> Any:
-    from streamlit.testing.v1 import AppTest
+@pytest.fixture
+def open_panel(app_page: Callable[..., Any]) -> Callable[[], Any]:
+    """Run the app (the router learns the registered panels), then switch to the panel page."""
 
-    at = AppTest.from_file(str(APP), default_timeout=60).run()
-    assert not at.exception
-    at.switch_page("views/panel.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    def _open() -> Any:
+        at = app_page()
+        at.switch_page("views/panel.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    return _open
 
 
-def test_a_registered_panel_gets_its_page(with_panel: Callable[[Panel], None]) -> None:
+def test_a_registered_panel_gets_its_page(with_panel: Callable[[Panel], None],
+                                          open_panel: Callable[[], Any]) -> None:
     with_panel(Panel(name="hello", title="Hello panel", render=say_hello))
     from webui.panels import PanelPage, panel_specs
 
@@ -67,7 +69,8 @@ def test_a_registered_panel_gets_its_page(with_panel: Callable[[Panel], None]) -
     assert at.metric[0].value == "3"
 
 
-def test_a_failing_panel_shows_its_error_and_the_app_lives(with_panel: Callable[[Panel], None]) -> None:
+def test_a_failing_panel_shows_its_error_and_the_app_lives(with_panel: Callable[[Panel], None],
+                                                          open_panel: Callable[[], Any]) -> None:
     with_panel(Panel(name="broken", title="Broken", render=fail))
     at = open_panel()
     assert "Panel 'broken' failed: RuntimeError: panel exploded" in at.error[0].value

@@ -9,36 +9,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
 
+from webui.browser import free_port, wait_healthy
+
 TRACKER = str(Path(sys.executable).with_name("tracker"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_healthy(proc: subprocess.Popen[bytes], port: int, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        assert proc.poll() is None, f"the command exited with status {proc.returncode} before serving"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            assert time.monotonic() < deadline, f"no server on port {port} within {timeout} s"
-            time.sleep(0.3)
 
 
 def _listening(port: int) -> bool:
@@ -48,7 +28,7 @@ def _listening(port: int) -> bool:
 
 
 def _serve(args: list[str], home: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "TRACKER_HOME": str(home)}
     proc = subprocess.Popen([TRACKER, *args, "--port", str(port)], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -69,7 +49,7 @@ def _serve(args: list[str], home: Path) -> tuple[subprocess.Popen[bytes], int]:
 def test_a_stop_signal_stops_the_server_too(args: list[str], signum: int, tmp_path: Path) -> None:
     proc, port = _serve(args, tmp_path / "home")
     try:
-        _wait_healthy(proc, port)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, timeout=120.0)
         servers = psutil.Process(proc.pid).children(recursive=True)
         assert servers, "the command started no server process"
         os.kill(proc.pid, signum)  # the command alone, not its process group

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -14,8 +13,6 @@ from tracker.analysis.system_corpus import system_cases
 from tracker.store import Store
 from webui import system_charts
 from webui.system_queries import GiB, group_of, system_view
-
-APP = Path(__file__).resolve().parents[2] / "webui" / "streamlit_app.py"
 
 
 def _log_case(series: dict[str, tuple[np.ndarray, np.ndarray]], **init: Any) -> str:
@@ -86,33 +83,14 @@ def test_system_view_reads_curves_limits_and_events(home_env: Path) -> None:
     assert time_marks.is_empty()
 
 
-def _specs(at: Any) -> list[dict[str, Any]]:
-    from streamlit import dataframe_util
-
-    out = []
-    for chart in at.get("vega_lite_chart"):
-        spec = json.loads(chart.proto.spec)
-        spec["_rows"] = [row for d in chart.proto.datasets
-                         for row in dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data).to_dict("records")]
-        out.append(spec)
-    return out
-
-
-def test_system_page_draws_memory_with_the_limit_and_the_events(home_env: Path) -> None:
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
-    st.cache_data.clear()
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.query_params["run"] = ["leaky", "healthy"]
-    at.switch_page("views/system.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+def test_system_page_draws_memory_with_the_limit_and_the_events(home_env: Path, app_page: Any,
+                                                                charts_of: Any) -> None:
+    at = app_page("system", run=["leaky", "healthy"])
     assert [t.value for t in at.title] == ["System"]
     assert [s.value for s in at.subheader][:3] == ["Memory", "Step and data time", "Events"]
     ranks = at.multiselect(key="system.ranks")
     assert ranks.value == [0, 1]
-    specs = _specs(at)
+    specs = charts_of(at)
     assert len(specs) == 2
     memory = specs[0]
     rows = memory["_rows"]
@@ -125,24 +103,10 @@ def test_system_page_draws_memory_with_the_limit_and_the_events(home_env: Path) 
     # one rank only: its lines and none of the other's
     ranks.set_value([1]).run()
     assert not at.exception
-    series = {r["series"] for r in _specs(at)[0]["_rows"] if "y" in r}
+    series = {r["series"] for r in charts_of(at)[0]["_rows"] if "y" in r}
     assert series and all("rank 1" in s for s in series)
-    st.cache_data.clear()
 
 
-def test_system_page_without_system_metrics(home_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
-    monkeypatch.setenv("TRACKER_HOME", str(tmp_path / "other"))
-    run = tracker.init("p", system=False, run_id="plain")
-    run.log({"loss": 1.0}, step=0)
-    run.finish()
-    st.cache_data.clear()
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.query_params["run"] = ["plain"]
-    at.switch_page("views/system.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+def test_system_page_without_system_metrics(home_env: Path, plain_run: str, app_page: Any) -> None:
+    at = app_page("system", run=[plain_run])
     assert any("No system metrics" in i.value for i in at.info)
-    st.cache_data.clear()

@@ -101,30 +101,17 @@ def test_the_shipped_config_applies_to_a_bare_streamlit_run(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_a_bare_streamlit_run_binds_only_the_loopback(tmp_path: Path) -> None:
     import os
-    import socket
     import subprocess
     import sys
-    import time
-    import urllib.request
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    from webui.browser import free_port, stop_server, wait_healthy
+
+    port = free_port()
     env = {**os.environ, "TRACKER_HOME": str(tmp_path / "home")}
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(WEBUI), "--server.port", str(port)],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, f"streamlit exited with status {proc.returncode}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                assert time.monotonic() < deadline, "streamlit did not answer within 60 s"
-                time.sleep(0.3)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, timeout=60)
         assert _listening(port) == {"0100007F"}  # 127.0.0.1 only: not 0.0.0.0, not ::
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+        stop_server(proc)
