@@ -56,6 +56,19 @@ precision and recall >= 0.95 per detector):
     that sum in a varying order, while ranks on different batches differ by their
     batch noise, 1-30%); a loss key is judged only with evidence that it is
     per-rank (``per_rank=1`` says so): see :mod:`tracker.analysis.ranks`.
+``twin_zero_loss``, ``class_zero_loss``
+    a zero loss while the run trains (:mod:`tracker.analysis.zeros`):
+    ``patience=20`` batches exactly 0 (a YOLO batch without any positive is rare;
+    twenty in a row do not happen with labels), ``val_patience=3`` epochs of a
+    validation key (the epoch judge's), ``converged=0.02`` as for plateaus; a class
+    exactly 0 for ``epochs=2`` epochs of batches (every image is drawn once an
+    epoch) and ``min_rows=20`` rows.
+``twin_overfitting``
+    the epoch judge's overfitting rule and defaults, judged at each validation
+    point while the run trains (:mod:`tracker.analysis.twins`), but
+    ``min_rise=0.25``: on the fault corpus' tuning seeds 0.1-0.2 also flagged a
+    healthy-labelled run whose validation loss rose 24% and stayed (the labels call
+    a rise of 25% by the end overfitting); 0.3 missed a labelled one.
 ``overfitting``, ``metric_collapse``, ``zero_loss``, ``stopped_early``, ``epoch_divergence``
     the epoch judges over few-point histories (scope ``epochs``, ``tracker analyze``
     only): defaults and reasons in :mod:`tracker.analysis.epoch_specs`.
@@ -69,16 +82,20 @@ precision and recall >= 0.95 per detector):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tracker.analysis.classes import StagnantClasses
 from tracker.analysis.collapse import COLLAPSE
 from tracker.analysis.detectors import DetectorSpec, NonFinite
-from tracker.analysis.epoch_specs import EPOCH_DETECTORS
+from tracker.analysis.epoch_specs import EPOCH_DETECTORS, OVERFITTING
 from tracker.analysis.params import Param
 from tracker.analysis.ranks import IdenticalBatches, RankDisagreement
 from tracker.analysis.spikes import Spike
 from tracker.analysis.system import DataStall, Fragmentation, MemoryGrowth, StepTimeRegression
 from tracker.analysis.system_memory import MEMORY_GROWTH_PARAMS
 from tracker.analysis.trends import Divergence, Plateau
+from tracker.analysis.twins import TwinOverfitting
+from tracker.analysis.zeros import ClassZeroLoss, TwinZeroLoss
 
 _SMOOTH = "weight of the debiased EMA (TensorBoard's smoothing), in [0, 1)"
 
@@ -173,6 +190,38 @@ IDENTICAL_BATCHES = DetectorSpec(
     ),
 )
 
+TWIN_ZERO_LOSS = DetectorSpec(
+    name="twin_zero_loss", scope="twins", factory=TwinZeroLoss, kinds=("zero_loss",),
+    description="a loss exactly 0 while its train/validation twin is not (no targets or positives), as it trains",
+    params=(
+        Param("patience", 20, "points exactly 0 in a row (a train key, one point per batch)", 1, None, True),
+        Param("val_patience", 3, "points exactly 0 in a row (a validation key, one point per epoch)", 1, None, True),
+        Param("converged", 0.02, "a zero run after a value below this fraction of the starting scale is convergence",
+              0.0, 1.0),
+    ),
+)
+
+CLASS_ZERO_LOSS = DetectorSpec(
+    name="class_zero_loss", scope="classes", factory=ClassZeroLoss, kinds=("zero_loss",),
+    description="classes whose loss is exactly 0 at every row while the others' is not: no image of them trains",
+    params=(
+        Param("min_rows", 20, "rows before any verdict", 1, None, True),
+        Param("epochs", 2, "and this many epochs of steps (the config's steps_per_epoch or batches_per_epoch)",
+              0.0, None),
+        Param("span", 1000, "steps instead, when the config gives no epoch length", 0.0, None),
+    ),
+)
+
+_OVERFIT = ("min_points", "patience", "window", "min_rise", "alpha", "train_drop")
+_ONLINE_RISE = 0.25
+
+TWIN_OVERFITTING = DetectorSpec(
+    name="twin_overfitting", scope="twins", factory=TwinOverfitting, kinds=("overfitting",),
+    description="a validation loss rising from its minimum while its train twin falls, as it trains",
+    params=tuple(replace(p, default=_ONLINE_RISE) if p.name == "min_rise" else p
+                 for p in OVERFITTING.params if p.name in _OVERFIT),
+)
+
 _W = "samples of the key (one per sampling interval)"
 
 MEMORY_GROWTH = DetectorSpec(
@@ -220,8 +269,8 @@ DATA_STALL = DetectorSpec(
 SYSTEM_DETECTORS: tuple[DetectorSpec, ...] = (MEMORY_GROWTH, FRAGMENTATION, STEP_TIME_REGRESSION, DATA_STALL)
 
 BUILTIN: tuple[DetectorSpec, ...] = (
-    NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT, IDENTICAL_BATCHES, *SYSTEM_DETECTORS,
-    COLLAPSE,
+    NON_FINITE, DIVERGENCE, SPIKE, PLATEAU, STAGNANT_CLASSES, RANK_DISAGREEMENT, IDENTICAL_BATCHES, TWIN_ZERO_LOSS,
+    CLASS_ZERO_LOSS, TWIN_OVERFITTING, *SYSTEM_DETECTORS, COLLAPSE,
     *EPOCH_DETECTORS,
 )
 

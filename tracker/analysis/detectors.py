@@ -41,7 +41,7 @@ from tracker.analysis.params import Param, uses_float16
 from tracker.errors import PluginError
 from tracker.events import Event
 
-SCOPES = ("scalar", "classes", "ranks", "system", "epochs")
+SCOPES = ("scalar", "classes", "ranks", "system", "epochs", "twins")
 TINY = 1e-12
 
 
@@ -65,6 +65,11 @@ class DetectorSpec:
     factory: Callable[[StreamContext], Any]
     params: tuple[Param, ...] = ()
     description: str = ""
+    kinds: tuple[str, ...] = ()  # the event kinds it raises, where they are not its name
+
+    def raises(self) -> tuple[str, ...]:
+        """The event kinds this detector raises (``kinds``, else its name)."""
+        return self.kinds or (self.name,)
 
     def validate(self) -> None:
         """Refuse a spec the analyzer could not run (called by the host on register)."""
@@ -107,6 +112,14 @@ class Chunk:
     def all_finite(self) -> bool:
         """Whether no value is NaN or inf."""
         return bool(self.finite.all())
+
+
+@dataclass
+class KeyedChunk:
+    """A scalar key's next points with the key's name: what a ``twins``-scope stream's ``feed`` takes."""
+
+    key: str
+    chunk: Chunk
 
 
 def clean(value: Any) -> Any:

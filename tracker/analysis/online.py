@@ -20,6 +20,10 @@ Rules:
 * System detectors (scope ``system``, :mod:`tracker.analysis.system`) get one
   stream per analyzer, fed every ``sys/*`` key of a batch at once
   (:meth:`OnlineAnalyzer.feed_system`), whatever the ``keys`` patterns say.
+* Twin detectors (scope ``twins``: overfitting, a zero loss against its twin) get
+  one stream per analyzer, fed every analysed scalar key's chunk with its name
+  (a :class:`~tracker.analysis.detectors.KeyedChunk`) after that key's own streams; they judge a validation loss
+  against its train twin, whichever arrives first.
 * Cross-rank detectors (scope ``ranks``) do not run here: one rank's flusher sees
   only its own rank; nor do the epoch judges (scope ``epochs``), which judge a
   whole history at once (``tracker analyze``).
@@ -44,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracker.analysis.classes import ClassChunk
-from tracker.analysis.detectors import Chunk, DetectorSpec, StreamContext
+from tracker.analysis.detectors import Chunk, DetectorSpec, KeyedChunk, StreamContext
 from tracker.analysis.params import analysis_section, key_patterns, key_selected, merge_overrides, resolve
 from tracker.errors import ConfigError, TrackerError
 from tracker.events import Event
@@ -123,6 +127,7 @@ class OnlineAnalyzer:
         self.streams: dict[str, dict[str, Any]] = {}
         self.class_streams: dict[str, dict[str, Any]] = {}
         self.system_streams: dict[str, Any] | None = None
+        self.twin_streams: dict[str, Any] | None = None
         self._selected: dict[str, bool] = {}
         self._run_ref: Any = None
         self._names_seen: Any = None
@@ -177,7 +182,7 @@ class OnlineAnalyzer:
     @property
     def useful(self) -> bool:
         """Whether any scalar or per-class detector is enabled."""
-        return any(spec.scope in ("scalar", "classes", "system") for spec, _ in self.detectors.values())
+        return any(spec.scope in ("scalar", "classes", "system", "twins") for spec, _ in self.detectors.values())
 
     def selected(self, key: str) -> bool:
         """Whether ``key`` is analysed."""
@@ -223,7 +228,12 @@ class OnlineAnalyzer:
         if streams is None:
             streams = self.streams[key] = self._build(key, "scalar")
         chunk = Chunk(np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=np.float64))
-        return self._feed_streams(streams, key, chunk)
+        events = self._feed_streams(streams, key, chunk)
+        if self.twin_streams is None:
+            self.twin_streams = self._build("", "twins")
+        if self.twin_streams:
+            events.extend(self._feed_streams(self.twin_streams, key, KeyedChunk(key, chunk)))
+        return events
 
     def feed_classes(self, key: str, steps: np.ndarray, matrix: np.ndarray) -> list[Event]:
         """Feed the next rows of per-class ``key``: one row per step, one column per class index."""
