@@ -23,6 +23,8 @@ Rules of the walk:
   (``a/__init__.py``) are not edges of their own.
 * Module level includes class bodies and ``try:``/``if`` blocks at module level; an
   ``if TYPE_CHECKING:`` block is typing; anything inside a ``def`` is lazy.
+* Imports by name are not seen: ``importlib.import_module(...)``, the lazy submodules of
+  ``tracker/__init__.py`` and the host's list of built-in plugins.
 
 The layers (bottom first) are the map of /work/shared/DESIGN.md: ``gpu/`` is a library
 that knows nothing of tracker; ``tracker/`` is the host; ``plugins/`` and ``webui/`` sit on
