@@ -80,12 +80,19 @@ def judge(record: dict[str, Any], events: list[Any], kinds: Iterable[str], score
                 score.lead_seconds.append(seconds)
 
 
-def score(records: list[dict[str, Any]], home: Path) -> dict[str, dict[str, DetectorScore]]:
-    """role -> kind -> DetectorScore over the records (every registered detector, every labelled kind)."""
-    import tracker
+def raised_kinds() -> list[str]:
+    """The event kinds the registered detectors raise (a detector's ``kinds``, else its name), sorted."""
     from tracker.host import get_host
 
-    registered = sorted(get_host().items("detectors"))
+    return sorted({kind for spec in get_host().items("detectors").values() for kind in spec.raises()})
+
+
+def score(records: list[dict[str, Any]], home: Path) -> dict[str, dict[str, DetectorScore]]:
+    """role -> kind -> DetectorScore over the records (every kind a registered detector raises, every labelled
+    kind)."""
+    import tracker
+
+    registered = raised_kinds()
     labelled = sorted({lb["kind"] for r in records for lb in r["labels"]})
     kinds = [*registered, *[k for k in labelled if k not in registered]]
     out: dict[str, dict[str, DetectorScore]] = {}
@@ -120,14 +127,12 @@ def format_scores(scores: dict[str, DetectorScore], registered: set[str]) -> str
 
 def report(out: Path, as_json: bool = False, echo: Any = print) -> dict[str, dict[str, DetectorScore]]:
     """Score the corpus under ``out`` and print the tables (held-out first)."""
-    from tracker.host import get_host
-
     records = load_records(out)
     if not records:
         echo(f"no fault corpus under {out}: build it with python -m bench.faults")
         return {}
     scores = score(records, out / "home")
-    registered = set(get_host().items("detectors"))
+    registered = set(raised_kinds())
     tune = sorted({r["seed"] for r in records if r["role"] == "tune"})
     for role in ("held-out", "tune"):
         if role not in scores:
