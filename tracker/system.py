@@ -11,6 +11,16 @@ seconds on a background thread, unless told not to. The settings come from
 
 The interval is at least :data:`MIN_INTERVAL_S`: the sampler's own cost must stay
 well under 1% of one core.
+
+:func:`preload_background_imports` imports, on the calling thread, what a run's
+background threads would otherwise import during the first seconds of training:
+pyarrow's pandas shim (pyarrow imports pandas at its first ``pa.array`` of a numpy
+array, about 180 modules, 0.2-0.8 s on the flusher thread, holding the import lock and
+mostly the GIL), ``pyarrow.parquet`` (the store logger's first write) and ``psutil``
+(the system sampler's first sample). Measured with ``python -m bench.assign_cost``:
+without it the first training of a process spends several times the steady CPU of
+those threads, during its first steps. A training loop calls it at setup, before the
+first step (the Ultralytics integration does).
 """
 
 from __future__ import annotations
@@ -49,6 +59,31 @@ def _interval(value: Any, where: str) -> float:
             f"(default {DEFAULT_INTERVAL_S}), or turn the sampler off with system=False / {ENV_ON}=0"
         )
     return seconds
+
+
+def preload_background_imports(system: bool = True) -> float:
+    """Import what the run's background threads import lazily (see the module doc) on this thread,
+    before the training steps; returns the seconds it took (0 when all was imported already)."""
+    import sys
+    import time
+
+    t0 = time.perf_counter()
+    try:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute  # noqa: F401  (the flusher's casts)
+        import pyarrow.parquet  # noqa: F401  (the store logger's writes)
+
+        if "pandas" not in sys.modules:
+            pa.array(np.zeros(1))  # pyarrow's pandas shim: imports pandas once, when installed
+    except ImportError:
+        pass
+    if system:
+        try:
+            import psutil  # noqa: F401  (the system sampler's first sample)
+        except ImportError:
+            pass
+    return time.perf_counter() - t0
 
 
 def system_options(value: Any = None, environ: Mapping[str, str] | None = None) -> SystemOptions:

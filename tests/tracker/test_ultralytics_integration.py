@@ -24,6 +24,7 @@ import pytest
 import tracker
 from tracker.errors import ConfigError
 from tracker.host import Host, make_plugin_manager, set_host
+from tracker.integrations.ultralytics import FLUSH_INTERVAL_S
 from tracker.integrations.ultralytics_env import apply_env, offline_config
 from tracker.integrations.yolo_synthetic import SyntheticDataset, make_dataset
 from tracker.losses import LossTerm, reduce_elementwise
@@ -65,7 +66,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
         assert run_child(plain, home, log=logs, extra_env=env) == 0, (workdir / "children.log").read_text()[-3000:]
         weighted = TrainSpec(name="weighted", loss="class_weighted_bce", loss_params=WEIGHTED, rfs_threshold=RFS,
                              pause_at=KILL_AT, **common)
-        killed = run_child(weighted, home, log=logs, extra_env=env, kill_after_pause_s=3.0)  # > 2 flushes
+        killed = run_child(weighted, home, log=logs, extra_env=env,
+                           kill_after_pause_s=2 * FLUSH_INTERVAL_S + 1.0)  # > 2 flushes
         resumed = TrainSpec(**{**weighted.__dict__, "pause_at": None, "resume": True})
         assert run_child(resumed, home, log=logs, extra_env=env) == 0, (workdir / "children.log").read_text()[-3000:]
     finally:
@@ -147,6 +149,7 @@ def test_config_holds_trainer_args_class_names_and_label_counts(trained: Trained
     config = _config(trained, trained.plain)
     assert config["epochs"] == EPOCHS and config["imgsz"] == 64 and config["batch"] == BATCH
     assert config["data"] == str(trained.data.yaml) and config["batches_per_epoch"] == 4
+    assert config["tracker_flush_interval"] == FLUSH_INTERVAL_S  # the run's flusher works in larger chunks
     counts = np.zeros(80, np.int64)
     for file in (trained.data.root / "labels" / "train").glob("*.txt"):
         for line in file.read_text().split("\n"):
@@ -334,6 +337,9 @@ def test_bad_loss_arguments_fail_before_training(ultralytics_here: Any) -> None:
         track(model, loss="sigmoid_focal", gama=2.0)
     with pytest.raises(ConfigError, match="without loss="):
         track(model, scheme="inverse")
+    for bad in (0, -1.0, float("nan"), True, "5", 61.0):
+        with pytest.raises(ConfigError, match=r"flush_interval is .*expected seconds in \(0, 60"):
+            track(model, flush_interval=bad)
 
 
 # -- 3. resume after kill -9 ---------------------------------------------------------------

@@ -43,6 +43,16 @@ kill at any moment after a checkpoint loses no row logged before it. Ultralytics
 ``results.csv`` holds and the run lacks (a kill between the save and their flush),
 at their step, once (values as ``results.csv`` rounds them, 6 significant digits).
 
+Background work: the run flushes every ``flush_interval`` seconds (5 by default for a
+tracked training, against :func:`tracker.init`'s 1): each flush's Parquet files, online
+analysis and table building cost about the same however many rows it holds, so fewer,
+larger flushes take a quarter of the CPU (and the GIL) from the training
+(``python -m bench.assign_cost``). The barriers above still make every row before a
+checkpoint durable; a ``kill -9`` loses at most the last ``flush_interval`` of rows, which
+a resume replays anyway. Before the first step, :func:`tracker.system.preload_background_imports`
+imports on the training thread what the run's threads would import during the first
+steps (pyarrow's pandas shim above all).
+
 Ultralytics' own loggers: its MLflow callback (on whenever ``mlflow`` is importable;
 MLflow 3 then contacts its telemetry host and creates an experiment under the working
 folder) is taken off the trainer for the tracked training only, with one log line,
@@ -80,11 +90,14 @@ MLFLOW_MODULE = "ultralytics.utils.callbacks.mlflow"
 # results.csv columns that are not the epoch's metrics (logged per batch, or bookkeeping)
 _NOT_EPOCH_METRICS = ("epoch", "time")
 _PER_BATCH_PREFIXES = ("train/", "lr/")
+FLUSH_INTERVAL_S = 5.0  # seconds between background flushes (tracker.init's default is 1 s)
+MAX_FLUSH_INTERVAL_S = 60.0
 
 
 def track(model: Any, *, project: str | None = None, name: str | None = None, run_id: str | None = None,
           loss: str | None = None, log_every: int = 1, ultralytics_loggers: bool = False,
-          assign_stats: bool = True, on_error: str | None = None, **loss_params: Any) -> None:
+          assign_stats: bool = True, on_error: str | None = None, flush_interval: float = FLUSH_INTERVAL_S,
+          **loss_params: Any) -> None:
     """Attach tracking (and optionally a loss term) to an ``ultralytics.YOLO`` model; returns nothing.
 
     ``project`` defaults to the trainer's ``project`` folder name (else ``"yolo"``),
@@ -98,6 +111,8 @@ def track(model: Any, *, project: str | None = None, name: str | None = None, ru
     assignment statistics and gradient balance (:mod:`tracker.integrations.ultralytics_assign`).
     ``on_error``: on an error-severity event, ``"stop"`` training cleanly or save a
     ``"checkpoint"`` (:mod:`tracker.integrations.ultralytics_actions`); default None.
+    ``flush_interval``: seconds between the run's background flushes (the run config's
+    ``tracker_flush_interval``; default :data:`FLUSH_INTERVAL_S`, see the module doc).
     """
     if not isinstance(ultralytics_loggers, bool):
         raise ConfigError(f"ultralytics_loggers is {ultralytics_loggers!r}; expected True or False")
@@ -105,6 +120,9 @@ def track(model: Any, *, project: str | None = None, name: str | None = None, ru
         raise ConfigError(f"track() needs an ultralytics.YOLO model; got {type(model).__name__}")
     if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
         raise ConfigError(f"log_every is {log_every!r}; expected an int >= 1")
+    if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)) or not (
+            0 < flush_interval <= MAX_FLUSH_INTERVAL_S):
+        raise ConfigError(f"flush_interval is {flush_interval!r}; expected seconds in (0, {MAX_FLUSH_INTERVAL_S}]")
     if loss is not None:
         from tracker.integrations.ultralytics_loss import check_loss
 
@@ -113,6 +131,7 @@ def track(model: Any, *, project: str | None = None, name: str | None = None, ru
         raise ConfigError(f"loss parameters {sorted(loss_params)} given without loss=...; name the loss term")
     state = _Tracker(project, name, run_id, loss, dict(loss_params), log_every)
     state.ultralytics_loggers = ultralytics_loggers
+    state.flush_interval = float(flush_interval)
     state.assign_stats = bool(assign_stats)
     from tracker.integrations.ultralytics_actions import check_on_error
 
@@ -207,6 +226,7 @@ class _Tracker:
         self.data_time: float | None = None
         self.epoch_ended: int | None = None
         self.ultralytics_loggers = False
+        self.flush_interval = FLUSH_INTERVAL_S
         self.assign_stats, self.assign = True, None
         self.on_error: str | None = None
         self.action: Any = None  # on_error's ErrorAction of the current training
@@ -259,6 +279,9 @@ class _Tracker:
         if stock is not None:
             weights = stock.detach().cpu().double().numpy()
         self.batches = len(trainer.train_loader)
+        from tracker.system import preload_background_imports, system_options
+
+        preload_background_imports(system_options(None).enabled)  # not on the run's threads during the steps
         self._start_run(trainer, names, counts, weights)
         save = getattr(trainer, "save_model", None)
         if callable(save):  # the barrier right before last.pt is written (rows logged during validation too)
@@ -280,6 +303,7 @@ class _Tracker:
             batches_per_epoch=self.batches,
             loss={"term": self.loss or "ultralytics_bce", **_jsonable(self.loss_params)},
             train_images=len(trainer.train_loader.dataset),
+            tracker_flush_interval=self.flush_interval,
         )
         if getattr(trainer, "rfs_threshold", None) is not None:  # repeat_factor_trainer's sampling
             config["rfs_threshold"] = float(trainer.rfs_threshold)

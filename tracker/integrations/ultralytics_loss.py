@@ -97,6 +97,11 @@ class ClassificationLoss(nn.Module):
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The elementwise loss (shape of ``logits``); records ``last_per_class``."""
         out = self.inner(logits, targets)
+        self.record(out, targets)
+        return out
+
+    def record(self, out: torch.Tensor, targets: torch.Tensor) -> None:
+        """Keep the per-class breakdown of the elementwise loss ``out`` (on its device, no sync)."""
         with torch.no_grad():
             c = out.shape[-1]
             acc = torch.float32 if out.device.type == "mps" else torch.float64
@@ -105,7 +110,6 @@ class ClassificationLoss(nn.Module):
                 per_class = per_class * self.class_weights.to(per_class)
             total = targets.detach().sum(dtype=acc).clamp(min=1)
             self.last_per_class = per_class / total * self.gain
-        return out
 
 
 def is_builtin(name: str) -> bool:
