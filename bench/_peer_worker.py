@@ -81,9 +81,8 @@ def check(dicts: list[dict[str, float]], got: Points, stored: str, complete: boo
     return True, "", total
 
 
-def tree_cpu_s() -> float:
-    """CPU seconds (user + system) of this process, its reaped children and its live descendants."""
-    tick = os.sysconf("SC_CLK_TCK")
+def proc_stats() -> dict[int, list[str]]:
+    """``/proc/PID/stat`` of every live process by pid: the fields after the command name (state, ppid, ...)."""
     stats: dict[int, list[str]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -92,6 +91,13 @@ def tree_cpu_s() -> float:
             except OSError:
                 continue
             stats[int(entry.name)] = text[text.rindex(")") + 2:].split()
+    return stats
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system) of this process, its reaped children and its live descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = proc_stats()
     me = os.getpid()
     total, todo = 0.0, [me]
     while todo:

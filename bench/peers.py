@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from bench._peer_worker import proc_stats
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "bench" / "_peer_worker.py"
 
@@ -163,14 +165,7 @@ def run_peer(python: str, peer: str, keys: int, steps: int, timeout: float) -> d
 
 def process_tree(root: int) -> list[int]:
     """``root`` and every live process descended from it (through /proc's parent ids)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(text[text.rindex(")") + 2:].split()[1])
+    parents = {pid: int(fields[1]) for pid, fields in proc_stats().items()}
     tree, todo = [], [root]
     while todo:
         pid = todo.pop()
