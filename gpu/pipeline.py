@@ -235,6 +235,12 @@ def _as_range(binding: Binding) -> BufferRange:
     return binding if isinstance(binding, BufferRange) else binding.range()
 
 
+def _check_alignment(where: str, start: int, offset: int, alignment: int, limit: str) -> None:
+    """GpuError unless a range bound at device offset ``start`` honours the device ``limit`` (an alignment)."""
+    if start % alignment:
+        raise GpuError(f"{where}: offset {offset} is not a multiple of {limit} {alignment}")
+
+
 class Commands:
     """One command buffer: record dispatches, copies and fills, then submit once with a fence.
 
@@ -453,18 +459,16 @@ class Commands:
             if binding.texels > info.max_texel_buffer_elements:
                 raise GpuError(f"{where}: {binding.texels} texels exceed maxTexelBufferElements "
                                f"{info.max_texel_buffer_elements}; bind it in chunks")
-            if start % info.min_texel_buffer_offset_alignment:
-                raise GpuError(f"{where}: offset {rng.offset} is not a multiple of "
-                               f"minTexelBufferOffsetAlignment {info.min_texel_buffer_offset_alignment}")
+            _check_alignment(where, start, rng.offset, info.min_texel_buffer_offset_alignment,
+                             "minTexelBufferOffsetAlignment")
             return rng
         if isinstance(binding, TexelRange):
             raise GpuError(f"{where} is a {blk.kind} buffer; bind the Buffer or a range of it")
         if rng.nbytes > info.max_storage_buffer_range:
             raise GpuError(f"{where}: range of {rng.nbytes} bytes exceeds maxStorageBufferRange "
                            f"{info.max_storage_buffer_range}; bind it in chunks")
-        if start % info.min_storage_buffer_offset_alignment:
-            raise GpuError(f"{where}: offset {rng.offset} is not a multiple of "
-                           f"minStorageBufferOffsetAlignment {info.min_storage_buffer_offset_alignment}")
+        _check_alignment(where, start, rng.offset, info.min_storage_buffer_offset_alignment,
+                         "minStorageBufferOffsetAlignment")
         if rng.nbytes < blk.size:
             raise GpuError(f"{where}: range of {rng.nbytes} bytes is smaller than the block ({blk.size})")
         return rng
