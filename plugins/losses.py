@@ -35,7 +35,7 @@ import numpy as np
 
 from tracker import hookimpl
 from tracker.errors import ConfigError
-from tracker.losses import REDUCTIONS, Kernel, LossResult, LossTerm, Param, reduce_elementwise
+from tracker.losses import REDUCTIONS, Kernel, LossResult, LossTerm, Param, check_gamma, reduce_elementwise
 from tracker.weights import NORMALIZATIONS, SCHEMES, class_weights
 
 WEIGHT_PARAMS: tuple[Param, ...] = (
@@ -392,8 +392,7 @@ def focal_numpy(
     reduction: str,
 ) -> LossResult:
     """Numpy kernel of ``sigmoid_focal``."""
-    if not gamma >= 0.0:
-        raise ConfigError(f"gamma is {gamma!r}; expected a number >= 0")
+    check_gamma(gamma)
 
     def chunk(x: np.ndarray, y: np.ndarray, ws: _Work, w: Weights, wg: Weights) -> tuple[np.ndarray, np.ndarray | None]:
         e, u, ce = _softplus_parts(x, ws)

@@ -516,6 +516,12 @@ def reduce_elementwise(
     return LossResult(loss=value, per_class=per_class, positives=positives)
 
 
+def check_gamma(gamma: float) -> None:
+    """ConfigError unless the focusing exponent ``gamma`` of a focal kernel is a number >= 0."""
+    if not gamma >= 0.0:
+        raise ConfigError(f"gamma is {gamma!r}; expected a number >= 0")
+
+
 class _LossesModule(types.ModuleType):
     """This module, callable as :func:`losses`.
 

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from tracker.errors import ConfigError
-from tracker.losses import REDUCTIONS, LossResult
+from tracker.losses import REDUCTIONS, LossResult, check_gamma
 from tracker.weights import class_weights
 
 Elementwise = Callable[[torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor | None]]
@@ -155,8 +155,7 @@ def focal_kernel(
     reduction: str,
 ) -> LossResult:
     """Torch kernel of ``sigmoid_focal`` (kernel convention of :mod:`tracker.losses`)."""
-    if not gamma >= 0.0:
-        raise ConfigError(f"gamma is {gamma!r}; expected a number >= 0")
+    check_gamma(gamma)
     w = _tensor(weight, torch.float64 if logits.dtype == np.float64 else torch.float32)
     return _run_kernel(lambda x, y, g: focal_elementwise(x, y, w, alpha, gamma, g), logits, targets, grad, reduction)
 
