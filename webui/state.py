@@ -122,6 +122,15 @@ def run_picker(*, multi: bool = True, label: str = "Runs", default_all: bool = F
     return [one] if one is not None else []
 
 
+def picked_runs() -> tuple[list[str], bool]:
+    """The runs picked in the sidebar and whether one of them is running; with none picked, say so and stop the page."""
+    run_ids = run_picker()
+    if not run_ids:
+        st.info("Pick one or more runs in the sidebar.")
+        st.stop()
+    return run_ids, load("running", run_ids, live=True)
+
+
 def query_param(name: str, default: str | None = None) -> str | None:
     """One URL query parameter (the last value when repeated)."""
     values = st.query_params.get_all(name)

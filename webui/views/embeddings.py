@@ -17,11 +17,7 @@ def _view(home: str, run_ids: tuple[str, ...], key: str | None) -> EmbeddingView
 
 
 st.title("Embeddings")
-run_ids = state.run_picker()
-if not run_ids:
-    st.info("Pick one or more runs in the sidebar.")
-    st.stop()
-live = state.load("running", run_ids, live=True)
+run_ids, live = state.picked_runs()
 
 
 @st.fragment(run_every=state.refresh_every(live))

@@ -20,11 +20,7 @@ def _view(home: str, run_ids: tuple[str, ...]) -> SystemView:
 
 
 st.title("System")
-run_ids = state.run_picker()
-if not run_ids:
-    st.info("Pick one or more runs in the sidebar.")
-    st.stop()
-live = state.load("running", run_ids, live=True)
+run_ids, live = state.picked_runs()
 
 
 @st.fragment(run_every=state.refresh_every(live))
