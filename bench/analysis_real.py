@@ -11,7 +11,13 @@ parameter at a time over its grid from the current defaults, twice round, and ke
 a value only where it raises the F1 score (a tie keeps the current value: with a few
 positives per verdict, shaving lead time off them would only fit their noise). It
 prints the best setting and its tuning score; the held-out runs play no part. The
-defaults in ``tracker/analysis/epoch_specs.py`` are the result of that search.
+defaults in ``tracker/analysis/epoch_specs.py`` are the result of that search and,
+for ``overfitting``'s ``hold``, ``give_back``, ``min_val_size`` and ``alpha``, of
+reading its false positives on the tuning runs (a one-epoch dip taken for a
+minimum, a rise of nothing after a loss fell to ~0, a validation set of 17 images, a
+noisy plateau) and a grid over those four on the tuning runs.
+
+``--tuning-only`` leaves the held-out runs out entirely (while working on a judge).
 
 Run: ``.venv/bin/python bench/analysis_real.py`` (``--tune`` for the search).
 """
@@ -49,7 +55,8 @@ KIND_OF = {"overfitting": "overfitting", "metric_collapse": "metric_collapse", "
 GRID: dict[str, dict[str, list[Any]]] = {
     "overfitting": {"patience": [2, 3, 4, 5, 7], "window": [1, 3, 5], "min_rise": [0.05, 0.1, 0.2, 0.3, 0.5],
                     "alpha": [0.05, 0.1, 0.2], "after_warmup": [0, 1], "train_drop": [0.0, 0.05, 0.1, 0.2],
-                    "metric_gain": [0.0, 0.05, 0.1, 0.2]},
+                    "metric_gain": [0.0, 0.05, 0.1, 0.2], "hold": [0.0, 0.15, 0.25, 0.35],
+                    "give_back": [0.0, 0.02, 0.03, 0.05], "min_val_size": [0, 30, 50]},
     "metric_collapse": {"patience": [3, 2, 5], "never_patience": [5, 3, 8], "floor": [1e-6, 1e-4]},
     "zero_loss": {"patience": [3, 2, 5]},
     "stopped_early": {"min_remaining": [3, 2, 5], "min_fraction": [0.1, 0.05, 0.2]},

@@ -8,23 +8,33 @@ Defaults and why are in :mod:`tracker.analysis.builtin`; they were set on the
 tuning part of the real corpus (``tests/data/real_runs``, ``bench/analysis_real.py``).
 
 * ``overfitting``: a validation loss ``V`` whose train twin ``T`` exists. At step
-  ``e``, with ``b`` the step of ``V``'s minimum so far: at least ``patience`` points
-  since ``b``; the median of ``V``'s last ``window`` points at least ``min_rise``
-  above ``V(b)``; Mann-Kendall finds ``V`` rising over ``[b, e]`` (p < ``alpha``);
-  ``T`` has fallen at least ``train_drop`` over the same span; and the run's fitness
-  (Ultralytics' 0.9 mAP50-95 + 0.1 mAP50, else its first metric) has not risen more
-  than ``metric_gain`` above its best up to ``b`` (a validation loss that rises while
+  ``e``, with ``b`` the step of the minimum of ``V``'s running median of 3 (a
+  one-epoch dip is no minimum; the last point, with no right neighbour yet, cannot
+  be it): at least ``patience`` points since ``b`` and at least ``hold`` times the
+  points it took to reach ``b`` (a minimum reached after 40 epochs must stand 10);
+  the median of ``V``'s last ``window`` points at least ``min_rise`` above ``V(b)``
+  and at least ``give_back`` of ``V``'s range so far (a loss that fell from 0.4 to
+  0.002 and "doubles" to 0.004 has not given anything back); Mann-Kendall finds
+  ``V`` rising over ``[b, e]`` (p < ``alpha``); ``T`` has fallen at least
+  ``train_drop`` over the same span; and the run's fitness (Ultralytics' 0.9
+  mAP50-95 + 0.1 mAP50, else its first metric) has not risen more than
+  ``metric_gain`` above its best up to ``b`` (a validation loss that rises while
   the mAP climbs is a model growing more confident, not one memorising its training
-  set). Optionally (``after_warmup``) nothing is judged while the learning rate is
-  still warming up. The best epoch is ``b``.
+  set). No verdict when an accuracy's steps say the validation set holds fewer than
+  ``min_val_size`` images (one image more or less wrong swings its loss), and
+  optionally (``after_warmup``) while the learning rate is still warming up. The
+  best epoch is ``b``.
 * ``metric_collapse``: a metric at zero (<= ``floor``) for the last ``patience``
   points after having been above it, or at zero for the first ``never_patience``
   points and every one since.
 * ``zero_loss``: a loss exactly 0 for ``patience`` points in a row while its twin is
   not: a train loss (no target or positive ever reached it in training) or a
-  validation loss (the validation images have no targets). A loss at 0 whose twin is
-  0 too is an unused term (YOLO26 ``sem_loss``) and no finding; a train loss at 0
-  with no twin while the other train losses are not is a warning.
+  validation loss (the validation images have no targets: the metrics are 0 too; a
+  validation loss at 0 while a metric is above 0 is a term the validation does not
+  compute, YOLO26's ``sem_loss``). Every loss of the run at 0 is a finding too (a
+  single class, nothing to learn). A loss at 0 whose twin is 0 too, beside other
+  losses that are not, is an unused term (YOLO26 ``sem_loss``) and no finding; a
+  train loss at 0 with no twin while the other train losses are not is a warning.
 * ``stopped_early``: judged at the last point of a run that is not running. The
   config's planned epochs (``epochs``, ``max_epochs``, ...) against the epochs done,
   else the learning-rate schedule: after its peak, the median decay per step says
@@ -84,6 +94,8 @@ class Overfitting:
         self.min_points, self.patience, self.window = int(p["min_points"]), int(p["patience"]), int(p["window"])
         self.min_rise, self.alpha, self.after_warmup = float(p["min_rise"]), float(p["alpha"]), bool(p["after_warmup"])
         self.train_drop, self.metric_gain = float(p["train_drop"]), float(p["metric_gain"])
+        self.hold, self.give_back = float(p["hold"]), float(p["give_back"])
+        self.min_val_size = float(p["min_val_size"])
 
     def judge(self, history: History) -> list[Event]:
         """The overfitting event, if any."""
@@ -103,6 +115,9 @@ class Overfitting:
     def _check(self, h: History, pairs: list[tuple[str, str | None]]) -> Event | None:
         if self.after_warmup and h.in_warmup():
             return None
+        size = _val_size(h)
+        if size is not None and size < self.min_val_size:
+            return None
         for val, train in pairs:
             if val in h.series and train in h.series:
                 found = self._pair(h, val, str(train))
@@ -112,14 +127,17 @@ class Overfitting:
 
     def _pair(self, h: History, val: str, train: str) -> Event | None:
         s, v = h.finite(val)
-        if v.size < self.patience + 1:
+        if v.size < self.patience + 2:
             return None
-        b = int(np.argmin(v))
-        best = float(v[b])
-        if v.size - 1 - b < self.patience or best <= 0:
+        sm = _smooth(v)
+        b = int(np.argmin(sm[:-1]))  # the last point has no right neighbour yet: it cannot be the minimum
+        best = float(sm[b])
+        since = v.size - 1 - b
+        if since < max(self.patience, math.ceil(self.hold * (b + 1))) or best <= 0:
             return None
-        rise = float(np.median(v[-self.window:])) / best - 1.0
-        if rise < self.min_rise:
+        recent = float(np.median(v[-self.window:]))
+        rise = recent / best - 1.0
+        if rise < self.min_rise or recent - best < self.give_back * (float(v.max()) - best):
             return None
         _, _, _, p = mann_kendall(v[b:])
         if not (p < self.alpha and v[-1] > best):
@@ -201,10 +219,18 @@ class MetricCollapse:
 
 
 class ZeroLoss:
-    """A loss identically zero while its train/validation twin is not (module doc)."""
+    """A loss identically zero while its train/validation twin is not, or every loss zero (module doc)."""
 
     def __init__(self, ctx: StreamContext) -> None:
         self.min_points, self.patience = int(ctx.params["min_points"]), int(ctx.params["patience"])
+
+    def _all_zero(self, h: History, keys: list[str], onset: int) -> Event:
+        msg = (f"every loss ({', '.join(keys)}) is exactly 0 at every {h.unit} since {h.when(onset)}: the model has "
+               "nothing to learn (a single class, or no targets at all)")
+        return _event(h, "zero_loss", keys[0], int(h.steps[-1]), "error", msg, onset=onset, keys=keys,
+                      twin_key=None, side="all", confidence=1.0 - 0.5 ** self.patience,
+                      advice="check the dataset: a classifier needs 2+ classes with images in each, a detector "
+                             "label files with boxes (labels/ next to images/)")
 
     def judge(self, history: History) -> list[Event]:
         """The zero-loss event, if any."""
@@ -220,14 +246,20 @@ class ZeroLoss:
         return int(s[v.size - z]) if z >= self.patience else None
 
     def _check(self, h: History) -> Event | None:
+        present = [k for k in h.losses if k in h.series]
+        onsets = {k: self._zeros(h, k) for k in present}
+        if present and all(o is not None for o in onsets.values()):
+            return self._all_zero(h, present, max(o for o in onsets.values() if o is not None))
         found: dict[str, list[tuple[str, int, str | None]]] = {"train": [], "val": [], "alone": []}
-        for key in h.losses:
-            onset = self._zeros(h, key) if key in h.series else None
+        for key in present:
+            onset = onsets[key]
             if onset is None:
                 continue
             twin = h.counterpart(key)
             if twin is not None and twin in h.series:
                 tv = h.finite(twin)[1]
+                if is_val(key) and _metric_above_zero(h, onset):
+                    continue  # a term the validation does not compute (YOLO26 sem_loss): it has targets
                 if tv.size and float(np.median(np.abs(tv))) > ZERO:
                     found["val" if is_val(key) else "train"].append((key, onset, twin))
             elif not is_val(key):
@@ -250,6 +282,34 @@ class ZeroLoss:
                       onset=onset, keys=[k for k, *_ in hits], twin_key=twin, side=side,
                       advice=ADVICE["zero_loss_val" if side == "val" else "zero_loss"],
                       confidence=1.0 - 0.5 ** self.patience)
+
+
+def _smooth(v: np.ndarray) -> np.ndarray:
+    """Centred running median of 3, the ends kept: a one-epoch dip or spike is no minimum."""
+    if v.size < 3:
+        return v.copy()
+    mid = np.median(np.stack([v[:-2], v[1:-1], v[2:]]), axis=0)
+    return np.concatenate([v[:1], mid, v[-1:]])
+
+
+def _val_size(h: History) -> float | None:
+    """The validation set's size as an accuracy's step tells it (accuracy moves in steps of 1/N); None without one."""
+    key = next((k for k in h.metrics if "top1" in k.lower() or "accuracy" in k.lower()), None)
+    if key is None:
+        return None
+    levels = np.unique(np.round(h.finite(key)[1], 5))
+    gaps = np.diff(levels)
+    gaps = gaps[gaps > 1e-4]
+    return 1.0 / float(gaps.min()) if gaps.size else None
+
+
+def _metric_above_zero(h: History, since: int) -> bool:
+    """Whether some metric is above zero at a step from ``since`` on (the validation set has targets)."""
+    for key in h.metrics:
+        s, v = h.finite(key)
+        if np.any(v[s >= since] > ZERO):
+            return True
+    return False
 
 
 def _fitness(h: History) -> tuple[np.ndarray, np.ndarray] | None:

@@ -9,17 +9,22 @@ history (one per epoch for an Ultralytics ``results.csv``).
 ``min_points=10``
     every judge needs a history of 10 points before it says anything.
 ``overfitting``
-    ``patience=3`` points since the minimum, ``window=3`` points in the recent median,
-    ``min_rise=0.1`` (10% above the minimum), ``alpha=0.1`` for the Mann-Kendall rise:
-    real validation curves of small sets swing 20-50% from one epoch to the next, so
-    the rise must be both large and a trend; ``after_warmup=1``: nothing is judged
-    while the learning rate still rises (an unsettled warmup).
+    ``patience=3`` points since the minimum and ``hold=0.25`` of the points it took
+    to reach it, ``window=3`` points in the recent median, ``min_rise=0.1`` (10% above
+    the minimum, taken on the running median of 3) and ``give_back=0.03`` of the
+    loss's range so far, ``alpha=0.05`` for the Mann-Kendall rise: real validation
+    curves of small sets swing 20-50% from one epoch to the next, so the rise must be
+    large, material and a trend; ``min_val_size=30``: no verdict on a validation set
+    of fewer images (read from an accuracy's 1/N steps); ``after_warmup=1``: nothing
+    is judged while the learning rate still rises. ``hold``, ``give_back``,
+    ``min_val_size`` and ``alpha`` came from the false positives of the tuning runs
+    (``bench/analysis_real.py`` docstring); the held-out runs played no part.
 ``metric_collapse``
     ``patience=3`` points at 0 after a metric was above it; ``never_patience=5`` points
     at 0 from the start (a from-scratch model may score 0 for its first epochs);
     ``floor=1e-6`` (trainers write an exact 0 when nothing is detected).
 ``zero_loss``
-    ``patience=3`` points exactly 0 in a row (train or validation side).
+    ``patience=3`` points exactly 0 in a row (train or validation side, or every loss).
 ``stopped_early``
     ``min_remaining=3`` steps and ``min_fraction=0.1`` of the schedule left; ``lrf=0.01``
     (Ultralytics' final-lr fraction) when the config gives none. A finished
@@ -46,10 +51,15 @@ OVERFITTING = DetectorSpec(
         Param("patience", 3, "points since the validation minimum before judging", 1, None, True),
         Param("window", 3, "recent points whose median is compared with the minimum", 1, None, True),
         Param("min_rise", 0.1, "the recent median is at least this fraction above the minimum", 0.0, None),
-        Param("alpha", 0.1, "Mann-Kendall significance of the rise since the minimum", 1e-6, 0.5),
+        Param("alpha", 0.05, "Mann-Kendall significance of the rise since the minimum", 1e-6, 0.5),
         Param("after_warmup", 1, "1: judge nothing while the learning rate still rises", 0, 1, True),
         Param("train_drop", 0.05, "the train twin fell at least this fraction since the minimum", 0.0, 1.0),
         Param("metric_gain", 0.05, "the fitness rose no more than this fraction above its best up to the minimum",
+              0.0, None),
+        Param("hold", 0.25, "the minimum has stood for this fraction of the points it took to reach it", 0.0, None),
+        Param("give_back", 0.03, "the rise is at least this fraction of the loss's range so far (max - minimum)",
+              0.0, 1.0),
+        Param("min_val_size", 30, "no verdict when an accuracy's steps (1/N) say the validation set has fewer images",
               0.0, None),
     ),
 )
