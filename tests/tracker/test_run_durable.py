@@ -13,7 +13,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pytest
@@ -141,6 +141,26 @@ def _backlog(run: Any) -> int:
     return run._logged + run._rows - run._flusher.released
 
 
+def _failing_chunk_writes(monkeypatch: pytest.MonkeyPatch, error: Callable[[Path], Exception]) -> threading.Event:
+    """Make the store logger's chunk writes raise ``error(path)`` while the returned event is set."""
+    from plugins import store_logger
+
+    real = store_logger.atomic_write_table
+    failing = threading.Event()
+
+    def write(path: Path, table: Any) -> None:
+        if failing.is_set():
+            raise error(path)
+        real(path, table)
+
+    monkeypatch.setattr(store_logger, "atomic_write_table", write)
+    return failing
+
+
+def _no_space(path: Path) -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device", str(path))
+
+
 def test_memory_stays_bounded_when_the_store_is_stuck(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from plugins import store_logger
 
@@ -200,17 +220,7 @@ def test_a_slow_disk_slows_log_instead_of_dropping(monkeypatch: pytest.MonkeyPat
 
 
 def test_disk_full_is_retried_until_space_returns(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from plugins import store_logger
-
-    full = threading.Event()
-    real = store_logger.atomic_write_table
-
-    def write(path: Path, table: Any) -> None:
-        if full.is_set():
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real(path, table)
-
-    monkeypatch.setattr(store_logger, "atomic_write_table", write)
+    full = _failing_chunk_writes(monkeypatch, _no_space)
     run = tracker.init("p", run_id="full", config={"tracker_flush_interval": 0.05, "analysis": False})
     for s in range(1000):
         run.log({"loss": float(s)}, step=s)
@@ -273,17 +283,7 @@ def test_a_real_full_filesystem_is_survived(tmp_path: Path, monkeypatch: pytest.
 def test_a_failed_store_stops_the_durable_claim_even_with_other_loggers(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from plugins import store_logger
-
-    real = store_logger.atomic_write_table
-    broken = threading.Event()
-
-    def write(path: Path, table: Any) -> None:
-        if broken.is_set():
-            raise RuntimeError("bad storage driver")
-        real(path, table)
-
-    monkeypatch.setattr(store_logger, "atomic_write_table", write)
+    broken = _failing_chunk_writes(monkeypatch, lambda path: RuntimeError("bad storage driver"))
     run = tracker.init("p", run_id="claim", loggers=["store", "csv"], config={"analysis": False})
     for s in range(100):
         run.log({"loss": 1.0}, step=s)
@@ -302,17 +302,7 @@ def test_a_failed_store_stops_the_durable_claim_even_with_other_loggers(
 def test_a_disk_that_stays_full_bounds_finish_and_records_the_loss(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from plugins import store_logger
-
-    real = store_logger.atomic_write_table
-    full = threading.Event()
-
-    def write(path: Path, table: Any) -> None:
-        if full.is_set():
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real(path, table)
-
-    monkeypatch.setattr(store_logger, "atomic_write_table", write)
+    full = _failing_chunk_writes(monkeypatch, _no_space)
     run = tracker.init("p", run_id="never", config={"tracker_logger_timeout": 1.0, "analysis": False})
     for s in range(100):
         run.log({"loss": 1.0}, step=s)
