@@ -11,37 +11,22 @@ import click
 import orjson
 import pytest
 from click.testing import CliRunner
-from faster_coco_eval import COCO as FastCOCO
 from pycocotools.coco import COCO
 
 import plugins.coco as plugin
+from tests.harness.coco import VAL100, check_with_real_clients, write_scaled_synthetic
 from tracker import coco
 from tracker.cli import build_cli
-from tracker.coco.synthetic import read_counts, scale_counts, write_synthetic
 from tracker.host import Host, make_plugin_manager
-
-COCO_DATA = Path(__file__).resolve().parents[1] / "data" / "coco"
-VAL100 = COCO_DATA / "instances_val2014_100.json"
 
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    counts = scale_counts(read_counts(COCO_DATA / "train2017_class_counts.json"), 0.01)
-    return write_synthetic(tmp_path_factory.mktemp("cli") / "syn.json", counts, 1200, seed=2)
+    return write_scaled_synthetic(tmp_path_factory.mktemp("cli") / "syn.json", 0.01, 1200, seed=2)
 
 
 def run(*args: str) -> click.testing.Result:
     return CliRunner().invoke(build_cli(), [str(a) for a in args], catch_exceptions=False)
-
-
-def same_counts_as_our_stats(path: Path) -> None:
-    ours = coco.stats(coco.load(path))
-    for client in (COCO, FastCOCO):
-        ref = client(str(path))
-        assert len(ref.getImgIds()) == ours.num_images
-        assert len(ref.getAnnIds()) == ours.num_annotations
-        for row in ours.classes:
-            assert len(ref.getAnnIds(catIds=[row.id], iscrowd=None)) == row.instances
 
 
 def test_hooks_register_samplers_and_commands() -> None:
@@ -83,7 +68,7 @@ def test_balance_writes_valid_coco_and_prints_before_after(synthetic: Path, tmp_
     result = run("coco", "balance", synthetic, "--out", out, "--max-images", 300, "--seed", 1)
     assert result.exit_code == 0, result.output
     assert "before and after balancing" in result.output and f"wrote {out}" in result.output
-    same_counts_as_our_stats(out)
+    check_with_real_clients(out)
     written = orjson.loads(out.read_bytes())
     assert len(written["images"]) == 300
     src = orjson.loads(synthetic.read_bytes())
@@ -99,7 +84,7 @@ def test_balance_per_class_and_sqrt(synthetic: Path, tmp_path: Path) -> None:
     out = tmp_path / "pc.json"
     result = run("coco", "balance", synthetic, "--out", out, "--per-class", 30, "--target", "sqrt")
     assert result.exit_code == 0, result.output
-    same_counts_as_our_stats(out)
+    check_with_real_clients(out)
     assert max(coco.class_counts(out).values()) < max(coco.class_counts(synthetic).values()) / 10
 
 
@@ -108,7 +93,7 @@ def test_split_writes_two_valid_disjoint_files(synthetic: Path, tmp_path: Path) 
     assert result.exit_code == 0, result.output
     train, val = tmp_path / "parts" / "syn_train.json", tmp_path / "parts" / "syn_val.json"
     for part in (train, val):
-        same_counts_as_our_stats(part)
+        check_with_real_clients(part)
     t_ids = {i["id"] for i in orjson.loads(train.read_bytes())["images"]}
     v_ids = {i["id"] for i in orjson.loads(val.read_bytes())["images"]}
     all_ids = {i["id"] for i in orjson.loads(synthetic.read_bytes())["images"]}

@@ -9,34 +9,16 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from faster_coco_eval import COCO as FastCOCO
-from pycocotools.coco import COCO
 
+from tests.harness.coco import VAL100, check_with_real_clients, train2017_counts, write_scaled_synthetic
 from tracker import coco
 from tracker.coco.io import atomic_writer
-from tracker.coco.synthetic import read_counts, scale_counts, write_synthetic
 from tracker.errors import DataError
-
-COCO_DATA = Path(__file__).resolve().parents[1] / "data" / "coco"
-VAL100 = COCO_DATA / "instances_val2014_100.json"
 
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    counts = scale_counts(read_counts(COCO_DATA / "train2017_class_counts.json"), 0.005)
-    return write_synthetic(tmp_path_factory.mktemp("syn") / "syn.json", counts, 600, seed=3)
-
-
-def check_with_real_clients(path: Path) -> None:
-    """pycocotools and faster-coco-eval load ``path`` and count what our stats count."""
-    ours = coco.stats(coco.load(path))
-    for client in (COCO, FastCOCO):
-        ref = client(str(path))
-        assert len(ref.getImgIds()) == ours.num_images
-        assert len(ref.getAnnIds()) == ours.num_annotations
-        for row in ours.classes:
-            assert len(ref.getAnnIds(catIds=[row.id], iscrowd=None)) == row.instances, client
-            assert len(ref.getImgIds(catIds=[row.id])) == row.images if row.instances else True
+    return write_scaled_synthetic(tmp_path_factory.mktemp("syn") / "syn.json", 0.005, 600, seed=3)
 
 
 def test_subset_keeps_records_ids_and_segmentation_bytes(synthetic: Path, tmp_path: Path) -> None:
@@ -103,7 +85,7 @@ def test_atomic_writer_needs_an_existing_folder(tmp_path: Path) -> None:
 
 
 def test_synthetic_file_has_the_requested_counts(synthetic: Path) -> None:
-    counts = scale_counts(read_counts(COCO_DATA / "train2017_class_counts.json"), 0.005)
+    counts = train2017_counts(0.005)
     got = coco.class_counts(synthetic)
     assert got == {c.name: c.instances for c in sorted(counts, key=lambda c: c.id)}
     stats = coco.stats(coco.load(synthetic))
