@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
+import tracker
 from tracker.analysis.builtin import builtin_detectors
 from tracker.analysis.classes import ClassChunk, StagnantClasses
 from tracker.analysis.detectors import StreamContext
@@ -115,3 +122,56 @@ def test_a_rare_class_is_judged_where_it_occurs() -> None:
     absent = m.copy()
     absent[:, 5] = 0.0
     assert StagnantClasses(StreamContext("k", PARAMS)).feed(ClassChunk(np.arange(rows), absent)) == []
+
+
+RANK_LOOP = """
+import sys, numpy as np, tracker
+project, mode = sys.argv[1], sys.argv[2]
+run = tracker.init(project, system=False)
+shared = np.random.default_rng(7).lognormal(0, 0.2, 60) * np.exp(-np.arange(60) / 30)
+for step in range(60):
+    own = float(np.random.default_rng([run.rank, step]).lognormal(0, 0.2)) * np.exp(-step / 30)
+    value = own if mode == "shift" and step < 30 else float(shared[step])
+    run.log({"train/loss": value, "lr": 0.01}, step=step)
+run.finish()
+"""
+
+
+def _two_ranks(home: Path, tmp_path: Path, runs: dict[str, tuple[str, str]]) -> dict[str, str]:
+    """Start every (project, mode) run as two rank processes at once; returns name -> run id."""
+    script = tmp_path / "rank_loop.py"
+    script.write_text(RANK_LOOP)
+    procs = []
+    for name, (project, mode) in runs.items():
+        env = {**os.environ, "TRACKER_HOME": str(home), "WORLD_SIZE": "2", "TRACKER_RUN_ID": f"ddp-{name}"}
+        procs += [subprocess.Popen([sys.executable, str(script), project, mode], env={**env, "RANK": str(r)},
+                                   stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    return {name: f"ddp-{name}" for name in runs}
+
+
+def test_identical_batches_reads_per_rank_losses_only(home: Path, tmp_path: Path) -> None:
+    """Same batches on every rank: flagged once the key is shown to be per-rank (its ranks differ earlier in
+    this run, or in a run of the project, or the setting says so); an all-reduced-looking key alone is not, nor
+    a single rank. Before the ranks of ``shift`` converge (step 30) nothing is flagged."""
+    ids = _two_ranks(home, tmp_path, {"shift": ("p1", "shift"), "same": ("p1", "same"), "alone": ("p2", "same")})
+
+    def found(name: str, **overrides: Any) -> list[tuple[int, Any, Any]]:
+        events = tracker.analyze(ids[name], home=home, **overrides).events
+        return [(e.event.step, e.event.data["onset"], e.event.data["groups"]) for e in events
+                if e.event.kind == "identical_batches"]
+
+    assert found("same") == [(19, 0, [[0, 1]])]
+    assert found("alone") == []
+    assert found("alone", identical_batches={"per_rank": 1}) == [(19, 0, [[0, 1]])]
+    assert found("shift") == [(49, 30, [[0, 1]])]
+    event = next(e.event for e in tracker.analyze(ids["same"], home=home).events if e.event.kind == "identical_batches")
+    assert "DistributedSampler" in event.message and "set_epoch" in event.message
+    assert "differ in run ddp-shift" in event.data["evidence"]
+    single = tracker.init("p1", system=False)
+    for step in range(60):
+        single.log({"train/loss": 1.0}, step=step)
+    single.finish()
+    assert [e for e in tracker.analyze(single.run_id, home=home).events if e.event.kind == "identical_batches"] == []

@@ -26,11 +26,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     specs = {
         "healthy": DigitsSpec("healthy", epochs=12, interval=FAST),
         "lr_high": DigitsSpec("lr_high", epochs=12, onset_epoch=3, interval=FAST),
-        "fp16": DigitsSpec("fp16", epochs=2, interval=FAST),
-        "fp16_scaled": DigitsSpec("fp16_scaled", epochs=2, interval=FAST),
+        "fp16": DigitsSpec("fp16", epochs=1, interval=FAST),
+        "fp16_scaled": DigitsSpec("fp16_scaled", epochs=1, interval=FAST),
         "healthy_long": DigitsSpec("healthy", epochs=34, interval=FAST, name="digits-healthy_long-s0"),
         "stall": DigitsSpec("stall", epochs=8, onset_epoch=3, interval=FAST),
         "leak_fast": DigitsSpec("leak_fast", epochs=34, onset_epoch=4, interval=FAST),
+        "empty_class": DigitsSpec("empty_class", epochs=4, interval=FAST),
+        "imbalance": DigitsSpec("imbalance", epochs=12, interval=FAST),
+        "tiny": DigitsSpec("tiny", epochs=60, interval=FAST),
     }
     records = {name: train(spec, home=home) for name, spec in specs.items()}
     events = {name: [r.event for r in tracker.analyze(rec["run_id"], home=home).events]
@@ -47,6 +50,8 @@ def _kinds(runs: dict[str, Any], name: str) -> set[str]:
     ("fp16", "fp16_scaled", "non_finite"),
     ("stall", "healthy_long", "data_stall"),
     ("leak_fast", "healthy_long", "memory_growth"),
+    ("empty_class", "healthy", "zero_loss"),
+    ("imbalance", "healthy", "stagnant_classes"),
 ])
 def test_the_detector_fires_on_the_fault_and_not_on_its_twin(runs: dict[str, Any], fault: str, twin: str,
                                                              kind: str) -> None:
@@ -74,3 +79,18 @@ def test_the_runs_log_what_a_user_loop_logs(runs: dict[str, Any]) -> None:
     per_class = tracker.query("SELECT count(DISTINCT class_index) AS n FROM class_curves WHERE run_id = ?", [rid],
                               home=home)["n"][0]
     assert per_class == 10
+
+
+def test_online_overfitting_and_converged_losses(runs: dict[str, Any]) -> None:
+    """The tiny training set overfits (its label is measured from val/loss) and is flagged in its window; no run
+    without that label is; the healthy runs converge to ~1e-4 with 2x batch noise and are neither diverging nor
+    plateaued."""
+    records, events = runs["records"], runs["events"]
+    (label,) = [lb for lb in records["tiny"]["labels"] if lb["kind"] == "overfitting"]
+    hits = [e for e in events["tiny"] if e.kind == "overfitting" and label["lo"] <= e.step <= label["hi"]]
+    assert hits and hits[0].key == "val/loss", [(e.kind, e.step) for e in events["tiny"]]
+    for name, record in records.items():
+        if not any(lb["kind"] == "overfitting" for lb in record["labels"]):
+            assert "overfitting" not in _kinds(runs, name), name
+    for name in ("healthy", "healthy_long"):
+        assert not _kinds(runs, name) & {"divergence", "plateau"}, [(e.kind, e.step) for e in events[name]]
