@@ -3,6 +3,7 @@
 * :mod:`tests.harness.chaos`: trainer and ingester killed with SIGKILL at random moments;
 * :mod:`tests.harness.ckpt_kill`: trainings killed right after a checkpoint, then resumed;
 * :mod:`tests.harness.coco`: the COCO test data and a check with pycocotools and faster-coco-eval;
+* :mod:`tests.harness.hosts`: ``host_fixture``, a test's own host of just the named plugins;
 * :mod:`tests.harness.netaudit`: an audit hook that records and refuses network use;
 * :mod:`tests.harness.postgres`: a throw-away PostgreSQL server for the lake tests.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import tracemalloc
-from typing import Any, Iterator
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -13,17 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import plugins.losses as plugin
+from tests.harness.hosts import host_fixture
 from tracker.errors import ConfigError
-from tracker.host import Host, make_plugin_manager, set_host
+from tracker.host import Host
 from tracker.losses import Kernel, LossTerm, loss
 
 
-@pytest.fixture
-def host() -> Iterator[Host]:
-    fresh = Host(make_plugin_manager(default_plugins=("plugins.losses",), entry_points=False))
-    old = set_host(fresh)
-    yield fresh
-    set_host(old)
+host = host_fixture("plugins.losses")
 
 
 def _inputs(n: int, c: int, seed: int = 0, dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray]:

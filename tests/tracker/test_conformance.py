@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import plugins.losses as builtin
+from tests.harness.hosts import host_fixture
 from tracker import hookimpl
 from tracker.host import Host, make_plugin_manager, set_host
 from tracker.losses import Kernel, LossResult, LossTerm, Param, reduce_elementwise
@@ -19,12 +20,7 @@ pytest_plugins = ["pytester"]
 DTYPES = ("float16", "float32", "float64")
 
 
-@pytest.fixture
-def host() -> Iterator[Host]:
-    fresh = Host(make_plugin_manager(default_plugins=("plugins.losses",), entry_points=False))
-    old = set_host(fresh)
-    yield fresh
-    set_host(old)
+host = host_fixture("plugins.losses")
 
 
 def overwrite_grad(logits: np.ndarray, targets: np.ndarray, grad: np.ndarray | None, **kw: Any) -> LossResult:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.harness.hosts import host_fixture
 from tracker.errors import ConfigError
-from tracker.host import Host, make_plugin_manager, set_host
+from tracker.host import Host
 from tracker.losses import loss
 from tracker.torch import ClassWeightedBCEWithLogits, SigmoidFocalLoss
 
@@ -34,12 +35,7 @@ def focal_peer(inputs: torch.Tensor, targets: torch.Tensor, alpha: float, gamma:
     return out.mean() if reduction == "mean" else out.sum() if reduction == "sum" else out
 
 
-@pytest.fixture
-def host() -> Iterator[Host]:
-    fresh = Host(make_plugin_manager(default_plugins=("plugins.losses",), entry_points=False))
-    old = set_host(fresh)
-    yield fresh
-    set_host(old)
+host = host_fixture("plugins.losses")
 
 
 def _data(
