@@ -2,9 +2,13 @@
 
 Rules:
 
-* The training thread only copies ``z`` to host memory (a numpy array or a CPU
-  tensor: the copy is the whole cost, :mod:`bench.embeddings` measures it) and
-  queues it. Everything else happens on one worker thread per run.
+* The training thread only copies ``z`` to host memory and queues it: the shape,
+  dtype and options of a key are checked once (again when the input's kind, shape,
+  dtype or device changes), then a call is one copy into a recycled buffer of that
+  shape (pinned for a CUDA tensor) and a deque append, with no lock and no wake-up:
+  the worker looks for new copies every 20 ms while they come (:data:`POLL_S`).
+  :mod:`bench.embeddings` measures the cost against a plain copy. Everything else
+  happens on one worker thread per run.
 * Per key, the worker keeps a rolling window of the last ``window`` samples
   (default 25,600, RankMe's estimate; ``window * D * 4`` bytes) and, once it
   holds ``min(window, max(2 * D, 256))`` samples, evaluates at most every
@@ -66,52 +70,65 @@ DEFAULT_GAMMA = 1.0
 CONFIG_KEY = "tracker_embeddings"
 STATISTICS = ("rankme", "std", "dead_dims")
 WORKER_NICE = 10  # the worker thread's niceness on Linux: the training thread comes first
+POLL_S = 0.02  # the worker looks for new copies this often while they come (no wake-up per call)
+IDLE_POLL_S = 0.32  # ... and backs off to this while none come
 
 
-class HostBuffers:
-    """Recycled host buffers for the copies of ``z``: a call allocates nothing (no page faults) once warm.
+class Slot:
+    """One key's hand-off on the training thread's side, checked once per key and shape.
 
-    A copy goes into a free buffer of its shape and dtype (a numpy array, or a CPU
-    torch tensor, pinned when ``z`` is on a CUDA device: the fastest device-to-host
-    copy); the worker gives it back once the rows are in the window.
+    ``kind``, ``shape``, ``dtype`` and ``cuda`` describe the input the fast path takes
+    as is (a call with anything else goes through :meth:`EmbeddingMonitor._prepare`,
+    which validates it and makes it the current input); ``free`` holds recycled host
+    buffers of that input (numpy arrays, or CPU tensors, pinned when ``z`` is on a CUDA
+    device: the fastest device-to-host copy). The training thread appends copies to
+    ``queue`` (a deque: no lock) and counts their rows in ``submitted``; the worker
+    counts in ``taken`` the rows it took (or the training thread dropped), under the
+    monitor's lock.
     """
 
-    LIMIT = 8  # free buffers kept per shape and dtype
+    __slots__ = ("state", "kind", "shape", "dtype", "cuda", "rows", "free", "pools", "queue", "submitted",
+                 "taken", "bound", "is_torch", "new")
 
-    def __init__(self) -> None:
-        self._free: dict[tuple[Any, ...], list[Any]] = {}
-        self._lock = threading.Lock()
+    LIMIT = 8  # free buffers kept per input shape and dtype
 
-    def _take(self, key: tuple[Any, ...]) -> Any:
-        with self._lock:
-            free = self._free.get(key)
-            return free.pop() if free else None
+    def __init__(self, state: Window) -> None:
+        self.state = state
+        self.kind: type | None = None
+        self.shape: tuple[int, ...] = ()
+        self.dtype: Any = None
+        self.cuda = False
+        self.is_torch = False
+        self.rows = 0
+        self.free: deque[Any] = deque()
+        self.new: Any = None  # () -> a fresh buffer of the current input
+        self.pools: dict[tuple[Any, ...], deque[Any]] = {}
+        self.queue: deque[tuple[int, Any, int, deque[Any]]] = deque()
+        self.submitted = 0
+        self.taken = 0
+        self.bound = 2 * state.window  # queued rows past which the oldest are dropped unread
 
-    def copy(self, z: Any) -> tuple[tuple[Any, ...], Any]:
-        """``(pool key, host copy of z)``."""
-        torch = sys.modules.get("torch")
-        if torch is not None and isinstance(z, torch.Tensor):
-            t = z.detach()
-            key: tuple[Any, ...] = ("torch", tuple(t.shape), t.dtype, t.device.type)
-            buf = self._take(key)
-            if buf is None:
-                buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.device.type == "cuda")
-            buf.copy_(t)
-            return key, buf
-        a = np.asarray(z)
-        key = ("numpy", a.shape, a.dtype.str)
-        buf = self._take(key)
-        if buf is None:
-            buf = np.empty(a.shape, dtype=a.dtype)
-        np.copyto(buf, a)
-        return key, buf
+    def use(self, z: Any, torch: Any) -> None:
+        """Make ``z``'s kind, shape, dtype and device the current input."""
+        self.kind, self.shape, self.dtype = type(z), tuple(z.shape), z.dtype
+        self.rows = math.prod(self.shape[:-1])
+        self.is_torch = torch is not None and isinstance(z, torch.Tensor)
+        if self.is_torch:
+            self.cuda = bool(z.is_cuda)
+            shape, dtype, pin = self.shape, self.dtype, self.cuda
+            self.new = lambda: torch.empty(shape, dtype=dtype, pin_memory=pin)
+            pool = ("torch", shape, str(dtype), pin)
+        else:
+            shape, dtype = self.shape, self.dtype
+            self.new = lambda: np.empty(shape, dtype=dtype)
+            pool = ("numpy", shape, dtype.str)
+        self.free = self.pools.setdefault(pool, deque())
 
-    def give(self, key: tuple[Any, ...], buf: Any) -> None:
-        """Return a buffer whose rows the worker no longer needs."""
-        with self._lock:
-            free = self._free.setdefault(key, [])
-            if len(free) < self.LIMIT:
-                free.append(buf)
+
+def _give(free: deque[Any], buf: Any) -> None:
+    """Return a buffer whose rows the worker no longer needs to its pool (at most Slot.LIMIT kept)."""
+    if len(free) < Slot.LIMIT:
+        free.append(buf)
 
 
 def _as_matrix(z: Any) -> np.ndarray:
@@ -139,12 +156,10 @@ class EmbeddingMonitor:
     def __init__(self, run: Any) -> None:
         self.run = run
         self.keys: dict[str, Window] = {}
-        self._queues: dict[str, deque[tuple[int, Any, int, Any]]] = {}
-        self._queued_rows: dict[str, int] = {}
+        self._slots: dict[str, Slot] = {}
         self._skipped: dict[str, int] = {}
-        self.buffers = HostBuffers()
         self._lock = threading.Lock()
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # set by wait() and close(), never by a call: the worker polls
         self._done = threading.Condition(self._lock)
         self._submitted = 0  # batches queued (training thread)
         self._handled = 0  # batches processed or dropped
@@ -158,82 +173,119 @@ class EmbeddingMonitor:
 
     # -- the training thread -------------------------------------------------------
     def submit(self, key: str, z: Any, step: int, window: Any = None, gamma: Any = None, every: Any = None) -> None:
-        """Copy ``z`` to host memory and queue it (the only work done on the caller's thread)."""
-        shape = getattr(z, "shape", None)
-        shape = tuple(np.shape(z) if shape is None else shape)
+        """Copy ``z`` to host memory and queue it (the only work done on the caller's thread).
+
+        The fast path, for a key's current input (same kind, shape, dtype and device as the
+        call before, no options): one copy into a recycled buffer and a deque append."""
+        slot = self._slots.get(key)
+        if (slot is None or type(z) is not slot.kind or z.shape != slot.shape or z.dtype is not slot.dtype
+                or window is not None or gamma is not None or every is not None):
+            slot, z = self._prepare(key, z, window, gamma, every)
+        elif slot.is_torch and z.is_cuda is not slot.cuda:
+            slot, z = self._prepare(key, z, window, gamma, every)
+        if self._closed:
+            return
+        try:
+            buf = slot.free.pop()
+        except IndexError:
+            buf = slot.new()
+        if slot.is_torch:
+            buf.copy_(z.detach() if z.requires_grad else z)
+        else:
+            np.copyto(buf, z)
+        slot.queue.append((step, buf, slot.rows, slot.free))
+        slot.submitted += slot.rows
+        self._submitted += 1
+        if slot.submitted - slot.taken > slot.bound:
+            self._trim(key, slot)
+
+    def _prepare(self, key: str, z: Any, window: Any, gamma: Any, every: Any) -> tuple[Slot, Any]:
+        """Check a call the fast path does not take (first of a key, new shape, dtype or device,
+        options) and make its input the key's current one; ``z`` as the copy will read it."""
+        torch = sys.modules.get("torch")
+        if not (torch is not None and isinstance(z, torch.Tensor)):
+            z = np.asarray(z)
+            if z.dtype.kind not in "fiub":
+                raise ConfigError(f"run.log_embeddings: {key!r} has dtype {z.dtype}; expected real numbers "
+                                  "(a float tensor or array)")
+        elif z.is_complex():
+            raise ConfigError(f"run.log_embeddings: {key!r} has dtype {z.dtype}; expected a real float tensor")
+        shape = tuple(z.shape)
         if len(shape) < 2 or shape[-1] < 1:
             raise ConfigError(f"run.log_embeddings: {key!r} has shape {shape}; expected (N, D) embeddings")
-        state = self.keys.get(key)
-        if state is None:
-            state = self._declare(key, shape[-1], window, gamma, every)
-        elif shape[-1] != state.dim:
-            raise ConfigError(f"run.log_embeddings: {key!r} has dimension {shape[-1]}; earlier calls had {state.dim}")
-        elif window is not None or gamma is not None or every is not None:
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._declare(key, shape[-1], window, gamma, every)
+        elif shape[-1] != slot.state.dim:
+            raise ConfigError(f"run.log_embeddings: {key!r} has dimension {shape[-1]}; earlier calls had "
+                              f"{slot.state.dim}")
+        else:
             for name, value in (("window", window), ("gamma", gamma), ("every", every)):
-                if value is not None and value != getattr(state, name):
+                if value is not None and value != getattr(slot.state, name):
                     raise ConfigError(f"run.log_embeddings: {name}={value!r} for {key!r}, whose settings its first "
-                                      f"call fixed: {state.settings()}")
-        pool_key, copy = self.buffers.copy(z)
-        rows = math.prod(shape[:-1])
-        with self._lock:
-            if self._closed:
-                return
-            queue = self._queues[key]
-            queue.append((step, copy, rows, pool_key))
-            self._submitted += 1
-            self._queued_rows[key] += rows
-            while len(queue) > 1 and self._queued_rows[key] - queue[0][2] >= state.window:
-                _, old, dropped, old_key = queue.popleft()
-                self.buffers.give(old_key, old)
-                self._handled += 1
-                self._queued_rows[key] -= dropped
-                self._skipped[key] = self._skipped.get(key, 0) + dropped
-                self.dropped_rows += dropped
-        if self._thread is None:
+                                      f"call fixed: {slot.state.settings()}")
+        slot.use(z, torch)
+        if self._thread is None and not self._closed:
             self._thread = threading.Thread(target=self._loop, name=f"tracker-embeddings-{self.run.run_id}",
                                             daemon=True)
             self._thread.start()
-        self._wake.set()
+        return slot, z
 
-    def _declare(self, key: str, dim: int, window: Any, gamma: Any, every: Any) -> Window:
+    def _trim(self, key: str, slot: Slot) -> None:
+        """Drop the oldest queued batches of a worker that fell behind by more than a window
+        (they would leave the window unread); the training thread does this rarely."""
+        with self._lock:
+            queue, window = slot.queue, slot.state.window
+            while len(queue) > 1 and slot.submitted - slot.taken - queue[0][2] >= window:
+                _, old, dropped, free = queue.popleft()
+                _give(free, old)
+                slot.taken += dropped
+                self._handled += 1
+                self._skipped[key] = self._skipped.get(key, 0) + dropped
+                self.dropped_rows += dropped
+
+    def _declare(self, key: str, dim: int, window: Any, gamma: Any, every: Any) -> Slot:
         w = _option(window, DEFAULT_WINDOW, "window", 2, int)
         state = Window(key=key, dim=int(dim), window=w, gamma=_option(gamma, DEFAULT_GAMMA, "gamma", 0.0, float),
-                         every=_option(every, max(1, w // 25), "every", 1, int))
+                       every=_option(every, max(1, w // 25), "every", 1, int))
+        slot = Slot(state)
         with self._lock:
             self.keys[key] = state
-            self._queues[key] = deque()
-            self._queued_rows[key] = 0
+            self._slots[key] = slot
         recorded = dict(self.run.config.get(CONFIG_KEY) or {})
         recorded[key] = state.settings()
         self.run.config[CONFIG_KEY] = recorded
-        return state
+        return slot
 
     # -- the worker ---------------------------------------------------------------------
-    def _take(self) -> list[tuple[Window, list[tuple[int, Any, int, Any]]]]:
+    def _take(self) -> list[tuple[Window, list[tuple[int, Any, int, deque[Any]]]]]:
         with self._lock:
             out = []
-            for key, queue in self._queues.items():
+            for key, slot in self._slots.items():
                 skipped = self._skipped.pop(key, 0)
                 if skipped:
-                    self.keys[key].skip(skipped)
-                if queue:
-                    out.append((self.keys[key], list(queue)))
-                    queue.clear()
-                    self._queued_rows[key] = 0
+                    slot.state.skip(skipped)
+                queue = slot.queue
+                items = [queue.popleft() for _ in range(len(queue))]  # appends may go on at the right
+                if items:
+                    slot.taken += sum(item[2] for item in items)
+                    out.append((slot.state, items))
             return out
 
     def _loop(self) -> None:
         _lower_priority()
+        pause = POLL_S
         while True:
-            self._wake.wait()
+            self._wake.wait(pause)
             self._wake.clear()
             if self._closed:  # close() takes what is left, on its own thread (this one runs at nice +10)
                 return
-            self._work()
+            pause = POLL_S if self._work() else min(IDLE_POLL_S, pause * 2)
 
-    def _work(self) -> None:
-        """Process every queued batch (the worker's loop, or close() at the end)."""
-        for state, items in self._take():
+    def _work(self) -> bool:
+        """Process every queued batch (the worker's loop, or close() at the end); False when none was."""
+        taken = self._take()
+        for state, items in taken:
             try:
                 if state.key not in self._recorded:
                     self._recorded.add(state.key)
@@ -244,19 +296,20 @@ class EmbeddingMonitor:
             with self._lock:
                 self._handled += len(items)
                 self._done.notify_all()
+        return bool(taken)
 
-    def _process(self, state: Window, items: list[tuple[int, Any, int, Any]]) -> None:
+    def _process(self, state: Window, items: list[tuple[int, Any, int, deque[Any]]]) -> None:
         """Add ``items`` to the window, evaluating where ``every`` falls; the batches between two
         evaluations go in as one block (fewer, larger numpy calls: less time holding the GIL)."""
         later = sum(item[2] for item in items)
         block: list[np.ndarray] = []
         block_rows = 0
-        held: list[tuple[tuple[Any, ...], Any]] = []
-        for i, (step, copy, rows, pool_key) in enumerate(items):
+        held: list[tuple[deque[Any], Any]] = []
+        for i, (step, copy, rows, free) in enumerate(items):
             later -= rows
             if self._abandoned:
                 return
-            held.append((pool_key, copy))
+            held.append((free, copy))
             if self._closed and later >= max(state.every, state.min_samples):  # finishing: only the newest go in
                 state.skip(rows)
                 continue
@@ -268,8 +321,8 @@ class EmbeddingMonitor:
                 continue
             state.add(block[0] if len(block) == 1 else np.concatenate(block))
             block, block_rows = [], 0
-            for pool_key_, buf in held:  # their rows are in the window now
-                self.buffers.give(pool_key_, buf)
+            for free_, buf in held:  # their rows are in the window now
+                _give(free_, buf)
             held = []
             if not state.due() or (self._closed and not last):
                 continue
@@ -313,6 +366,7 @@ class EmbeddingMonitor:
 
     def wait(self, timeout: float) -> bool:
         """Wait until every batch queued so far is processed; False past ``timeout`` seconds."""
+        self._wake.set()
         with self._lock:
             target = self._submitted
             return self._done.wait_for(lambda: self._handled >= target, timeout)

@@ -94,7 +94,7 @@ def test_the_training_thread_only_copies() -> None:
     run.log_embeddings("z", z, step=0)
     z[:] = 5.0  # the caller reuses its buffer: the queued copy is unaffected
     monitor = run._embeddings
-    queued = [item[1] for item in monitor._queues["z"]] or [None]
+    queued = [item[1] for item in monitor._slots["z"].queue] or [None]
     assert monitor._thread is not None and monitor._thread is not threading.current_thread()
     run.finish()
     assert all(c is None or float(np.asarray(c).max()) == 1.0 for c in queued)
