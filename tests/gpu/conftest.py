@@ -9,7 +9,6 @@ takes the list and clears it.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Iterator
@@ -19,30 +18,17 @@ import pytest
 
 import gpu
 from gpu.build_shaders import compile_shader
+from tests.harness.vulkan import collect_validation_messages
 
 os.environ["TRACKER_VULKAN_VALIDATION"] = "1"
-
-
-class _Collector(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(level=logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
 
 
 @pytest.fixture(autouse=True)
 def validation_messages() -> Iterator[list[str]]:
     """Messages the validation layer logged during the test; must be empty at the end."""
-    collector = _Collector()
-    logger = logging.getLogger("gpu.validation")
-    logger.addHandler(collector)
-    try:
-        yield collector.messages
-    finally:
-        logger.removeHandler(collector)
-    assert collector.messages == [], "Vulkan validation messages:\n" + "\n".join(collector.messages)
+    with collect_validation_messages() as messages:
+        yield messages
+    assert messages == [], "Vulkan validation messages:\n" + "\n".join(messages)
 
 
 @pytest.fixture(scope="session")

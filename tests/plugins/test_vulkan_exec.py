@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Iterator
 
 import numpy as np
@@ -12,20 +11,12 @@ from click.testing import CliRunner
 import gpu
 import tracker
 from plugins import vulkan_exec
+from tests.harness.vulkan import collect_validation_messages
 from tracker.host import Host, make_plugin_manager, set_host
 from tracker.testing import check_kernel
 
 pytestmark = pytest.mark.gpu
 PLUGINS = ("plugins.losses", "plugins.vulkan_exec")
-
-
-class _Collector(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(level=logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,11 +32,9 @@ def validated_device() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def no_validation_messages() -> Iterator[None]:
-    collector = _Collector()
-    logging.getLogger("gpu.validation").addHandler(collector)
-    yield
-    logging.getLogger("gpu.validation").removeHandler(collector)
-    assert collector.messages == []
+    with collect_validation_messages() as messages:
+        yield
+    assert messages == [], "Vulkan validation messages:\n" + "\n".join(messages)
 
 
 @pytest.fixture
