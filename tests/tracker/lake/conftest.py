@@ -1,7 +1,8 @@
 """A real PostgreSQL server for the lake tests (initdb + pg_ctl, stopped at the end).
 
 ``pg`` is one server per test session; ``lake`` gives each test a fresh database,
-a fresh data path and the lake selected through ``TRACKER_STORE``/``TRACKER_DATA_PATH``.
+a fresh data path and the lake selected through ``TRACKER_STORE``/``TRACKER_DATA_PATH``;
+``log_timed`` logs a short training and times its slowest ``run.log``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import itertools
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -84,3 +86,19 @@ def lake(pg: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     settings.use(None, None)
     if not pg.running():
         pg.start()
+
+
+def _log_timed(run: Any, steps: int) -> float:
+    """Log ``loss = 1/(step+1)`` at steps 0..steps-1; the slowest ``run.log`` call, in seconds."""
+    worst = 0.0
+    for step in range(steps):
+        t = time.perf_counter()
+        run.log({"loss": 1.0 / (step + 1)}, step=step)
+        worst = max(worst, time.perf_counter() - t)
+    return worst
+
+
+@pytest.fixture
+def log_timed() -> Callable[[Any, int], float]:
+    """``log_timed(run, steps)``: log ``loss = 1/(step+1)`` at steps 0..steps-1; the slowest ``run.log`` in seconds."""
+    return _log_timed

@@ -40,13 +40,9 @@ def _lake_count(sql: str) -> int:
     return int(LakeStore(Path("/nonexistent-spool")).query(sql).row(0)[0])
 
 
-def test_rows_reach_the_lake_within_5_s_and_the_training_thread_never_waits(lake, home: Path) -> None:  # type: ignore[no-untyped-def]
+def test_rows_reach_the_lake_within_5_s_and_the_training_thread_never_waits(lake, home: Path, log_timed) -> None:  # type: ignore[no-untyped-def]
     run = tracker.init("p", run_id="live", config={"tracker_flush_interval": 0.2})
-    worst = 0.0
-    for step in range(200):
-        t = time.perf_counter()
-        run.log({"loss": 1.0 / (step + 1)}, step=step)
-        worst = max(worst, time.perf_counter() - t)
+    worst = log_timed(run, 200)
     logged = time.monotonic()
     while _lake_count("SELECT count(*) FROM lake.main.metrics") < 200:
         assert time.monotonic() - logged < 5.0, "rows not in the lake 5 s after being logged"
