@@ -141,19 +141,28 @@ def _backlog(run: Any) -> int:
     return run._logged + run._rows - run._flusher.released
 
 
-def _failing_chunk_writes(monkeypatch: pytest.MonkeyPatch, error: Callable[[Path], Exception]) -> threading.Event:
-    """Make the store logger's chunk writes raise ``error(path)`` while the returned event is set."""
+def _before_chunk_writes(monkeypatch: pytest.MonkeyPatch, before: Callable[[Path], object]) -> None:
+    """Make the store logger call ``before(path)`` ahead of each chunk it writes (to stall or fail it)."""
     from plugins import store_logger
 
     real = store_logger.atomic_write_table
-    failing = threading.Event()
 
     def write(path: Path, table: Any) -> None:
-        if failing.is_set():
-            raise error(path)
+        before(path)
         real(path, table)
 
     monkeypatch.setattr(store_logger, "atomic_write_table", write)
+
+
+def _failing_chunk_writes(monkeypatch: pytest.MonkeyPatch, error: Callable[[Path], Exception]) -> threading.Event:
+    """Make the store logger's chunk writes raise ``error(path)`` while the returned event is set."""
+    failing = threading.Event()
+
+    def fail(path: Path) -> None:
+        if failing.is_set():
+            raise error(path)
+
+    _before_chunk_writes(monkeypatch, fail)
     return failing
 
 
@@ -162,16 +171,8 @@ def _no_space(path: Path) -> OSError:
 
 
 def test_memory_stays_bounded_when_the_store_is_stuck(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from plugins import store_logger
-
     gate = threading.Event()
-    real = store_logger.atomic_write_table
-
-    def stuck(path: Path, table: Any) -> None:
-        gate.wait(60)
-        real(path, table)
-
-    monkeypatch.setattr(store_logger, "atomic_write_table", stuck)
+    _before_chunk_writes(monkeypatch, lambda path: gate.wait(60))
     run = tracker.init("p", run_id="stuck", config={"tracker_flush_interval": 0.05, "analysis": False})
     keys = [f"k{i}" for i in range(10)]
     peak_backlog = peak_deque = 0
@@ -197,15 +198,7 @@ def test_memory_stays_bounded_when_the_store_is_stuck(home: Path, monkeypatch: p
 
 
 def test_a_slow_disk_slows_log_instead_of_dropping(monkeypatch: pytest.MonkeyPatch) -> None:
-    from plugins import store_logger
-
-    real = store_logger.atomic_write_table
-
-    def slow(path: Path, table: Any) -> None:
-        time.sleep(0.1)
-        real(path, table)
-
-    monkeypatch.setattr(store_logger, "atomic_write_table", slow)
+    _before_chunk_writes(monkeypatch, lambda path: time.sleep(0.1))
     run = tracker.init("p", run_id="slow", config={"tracker_flush_interval": 0.05, "analysis": False})
     keys = [f"k{i}" for i in range(10)]
     peak = 0
