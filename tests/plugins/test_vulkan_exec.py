@@ -11,6 +11,7 @@ from click.testing import CliRunner
 import gpu
 import tracker
 from plugins import vulkan_exec
+from tests.harness.hosts import host_fixture
 from tests.harness.vulkan import collect_validation_messages
 from tracker.host import Host, make_plugin_manager, set_host
 from tracker.testing import check_kernel
@@ -37,12 +38,7 @@ def no_validation_messages() -> Iterator[None]:
     assert messages == [], "Vulkan validation messages:\n" + "\n".join(messages)
 
 
-@pytest.fixture
-def host() -> Iterator[Host]:
-    h = Host(make_plugin_manager(default_plugins=PLUGINS, entry_points=False))
-    old = set_host(h)
-    yield h
-    set_host(old)
+host = host_fixture(*PLUGINS)
 
 
 def test_kernels_are_registered_under_vulkan(host: Host) -> None:
