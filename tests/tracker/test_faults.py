@@ -94,3 +94,14 @@ def test_online_overfitting_and_converged_losses(runs: dict[str, Any]) -> None:
             assert "overfitting" not in _kinds(runs, name), name
     for name in ("healthy", "healthy_long"):
         assert not _kinds(runs, name) & {"divergence", "plateau"}, [(e.kind, e.step) for e in events[name]]
+
+
+@pytest.mark.parametrize("name, kind", [("empty_class", "zero_loss"), ("tiny", "overfitting"),
+                                        ("imbalance", "stagnant_classes")])
+def test_the_flusher_raised_them_online(runs: dict[str, Any], name: str, kind: str) -> None:
+    """The run's own flusher stored the same events while it trained as tracker.analyze finds afterwards."""
+    rid = runs["records"][name]["run_id"]
+    online = tracker.query("SELECT step, key FROM events WHERE run_id = ? AND kind = ? ORDER BY step", [rid, kind],
+                           home=runs["home"])
+    offline = [(e.step, e.key) for e in runs["events"][name] if e.kind == kind]
+    assert offline and [tuple(r) for r in online.iter_rows()] == offline
