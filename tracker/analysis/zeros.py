@@ -107,8 +107,8 @@ class TwinZeroLoss:
             need = self.val_patience if is_val(key) else self.patience
             for i in np.flatnonzero(lengths >= need).tolist():
                 onset, before = start_of(i)
-                level = float(scale[i]) if math.isfinite(scale[i]) else st.scale.value
-                if before is None or abs(before) >= self.converged * level:
+                level = float(scale[i])  # NaN in the first 50 points: only a run from the start counts there
+                if before is None or (math.isfinite(level) and abs(before) >= self.converged * level):
                     st.candidate = (onset, int(steps[i]))
                     break
         nonzero = np.flatnonzero(~zero)
