@@ -22,6 +22,12 @@ Rules (see docs/store.md, "The lake: many machines"):
 * Queries read through one read-only attachment per process, kept between queries,
   and add this host's rows still in the spool, like the local store; ``snapshot=N``
   reads the lake as of snapshot N (time travel) alone.
+* A dead host's runs read as ``crashed`` everywhere: each commit of a live run's
+  metadata carries its heartbeat (``runs.updated_at``, the newest of its segments'
+  heartbeats), so readers on every host show a ``running`` run whose heartbeat in the
+  lake is older than two ``TRACKER_HEARTBEAT_S`` plus ``TRACKER_LAKE_META_INTERVAL``
+  as ``crashed`` (:func:`stale_after_s`); the row itself is left as committed, and a
+  resume commits ``running`` again.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import os
 import random
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -49,6 +56,7 @@ from tracker.store.lakespool import Backlog, backlog
 from tracker.store.base import IngestReport, on_release
 from tracker.store.settings import LakeSetting, current
 from tracker.store.spoolmeta import host_meta
+from tracker.store.spoolmeta import stale_after_s as spool_stale_after_s
 from tracker.store.spoolstore import SpoolStore
 from tracker.fork import refuse_fork_push
 from tracker.store.sqltext import inline_params, lock_down, sql_text
@@ -271,7 +279,7 @@ class LakeStore(SpoolStore):
         """Commit the run metadata ``tables`` when due (see :meth:`ingest`)."""
         shape = meta_shape(tables)
         last = _META_SENT.get((self.setting.key(), self.home))
-        interval = float(os.environ.get("TRACKER_LAKE_META_INTERVAL", "5"))
+        interval = meta_interval_s()
         if not (final or last is None or last[0] != shape or time.monotonic() - last[1] >= interval):
             return
         left = backlog(self.home)
@@ -333,6 +341,17 @@ class LakeStore(SpoolStore):
             except duckdb.Error as exc:
                 raise self._failed(exc) from None
             yield con
+
+    def _stored_sql(self, db: str, table: str) -> str:
+        """The lake's rows of ``table``; a ``running`` run whose heartbeat in the lake
+        (``updated_at``) is older than :func:`stale_after_s` reads as ``crashed`` (a host that
+        died commits nothing more; a resume commits ``running`` with a new heartbeat)."""
+        sql = f'SELECT * FROM "{db}".main.{table}'
+        if table != "runs":
+            return sql
+        cutoff = datetime.fromtimestamp(time.time() - stale_after_s(), tz=timezone.utc).replace(tzinfo=None)
+        return (f"SELECT * REPLACE (CASE WHEN status = 'running' AND updated_at < TIMESTAMP '{cutoff.isoformat(' ')}' "
+                f"THEN 'crashed' ELSE status END AS status) FROM \"{db}\".main.runs")
 
     def _shared_cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor on this process's cached read-only attachment of the lake."""
@@ -422,6 +441,18 @@ class LakeStore(SpoolStore):
         from tracker.store.lakerun import prepare_run
 
         prepare_run(self, run_id, rank, resume)
+
+
+def meta_interval_s() -> float:
+    """``TRACKER_LAKE_META_INTERVAL``: seconds between two commits of a live run's progress (default 5)."""
+    return float(os.environ.get("TRACKER_LAKE_META_INTERVAL", "5"))
+
+
+def stale_after_s() -> float:
+    """Seconds after which a run ``running`` in the lake whose heartbeat (``runs.updated_at``)
+    has not moved is dead: two heartbeat intervals (:func:`tracker.store.spoolmeta.stale_after_s`,
+    the rule of every host) plus the interval at which the lake receives the heartbeat."""
+    return spool_stale_after_s() + meta_interval_s()
 
 
 @on_release

@@ -137,7 +137,7 @@ class SpoolStore(Store):
             con.register(f"_spool_{name}", table)
             on = " AND ".join(f"d.{k} = s.{k}" for k in keys)
             stmts.append(
-                f"CREATE TEMP {kind} {name} AS SELECT d.* FROM \"{db}\".main.{name} d "
+                f"CREATE TEMP {kind} {name} AS SELECT d.* FROM ({self._stored_sql(db, name)}) d "
                 f"WHERE NOT EXISTS (SELECT 1 FROM _spool_{name} s WHERE {on}) "
                 f"UNION ALL BY NAME SELECT * FROM _spool_{name}"
             )
@@ -151,6 +151,11 @@ class SpoolStore(Store):
             stmts.append(f"CREATE TEMP {kind} {table} AS {sql}")
         stmts.extend(f"CREATE TEMP VIEW {name} AS {sql}" for name, sql in self.VIEWS.items())
         con.execute(";\n".join(stmts))
+
+    def _stored_sql(self, db: str, table: str) -> str:
+        """The stored rows of metadata ``table`` as readers see them (the lake derives a
+        dead run's status here: :meth:`tracker.store.lake.LakeStore._stored_sql`)."""
+        return f'SELECT * FROM "{db}".main.{table}'
 
     # -- writes ------------------------------------------------------------------------
     def add_events(self, run_id: str, events: Sequence[Event], rank: int = 0, segment: int | None = None) -> int:
