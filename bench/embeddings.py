@@ -1,34 +1,46 @@
 """Benchmark: what ``run.log_embeddings`` costs the training thread, against a plain copy of z to host.
 
 For each shape (a batch of N embeddings of D dimensions) and input kind (a numpy
-array, a CPU torch tensor, a CUDA tensor where there is one), two measurements:
+array, a CPU torch tensor, a CUDA tensor where there is one), against the copy a
+user would make anyway (named in the output: ``np.array(z, copy=True)`` for numpy,
+``z.detach().clone()`` for a CPU tensor, whose ``.cpu()`` copies nothing, and
+``z.detach().cpu()`` for a CUDA tensor):
 
-* tight loop: ``calls`` back-to-back calls of the plain copy of z to host that a
-  user would make anyway (``np.array(z, copy=True)``, ``z.detach().clone()``,
-  ``z.detach().cpu()``) against ``run.log_embeddings("z", z, step=i)`` at its
-  defaults (window 25,600, an evaluation every 1,024 samples) with its worker
-  running beside it: microseconds per call and the training thread's own CPU time
-  per call. An upper bound: the worker competes for the GIL with a loop that does
-  nothing else;
+* the parts of one call, each in a tight loop of ``calls`` calls: ``run.py``, the
+  Run's own checks before it hands over (``run.log_embeddings`` with the monitor's
+  ``submit`` a no-op: tracker/run.py, not this bench's subject), and ``submit``,
+  what :mod:`tracker.embeddings` does on the training thread (the copy into a
+  recycled buffer and the queue append) with no worker beside it, the buffers
+  recycled every 8 calls as a worker that keeps up does;
+* tight loop: the whole call at defaults (window 25,600, an evaluation every 1,024
+  samples) with the worker running: microseconds per call and the training thread's
+  own CPU time per call. An upper bound: the worker competes for the GIL with a
+  loop that does nothing else;
 * training loop: each step waits ``STEP_MS`` for "the device" (a sleep, as a
   training thread waits for its GPU, GIL released), then makes the copy or calls
   ``log_embeddings``: the extra microseconds per step over a step that does
   neither, and their ratio (target: about 1, "at most the copy").
 
 Medians of 5 alternating rounds. Read back: after ``finish()`` the store holds
-three rows per evaluation the worker made. Then the worker's cost: adding a batch
-of 256 rows to a full window and one evaluation (RankMe, std, dead dims), which
-bound how fast a run it keeps up with.
+three rows per evaluation the worker made; and for each input kind, a run of
+distinct batches (window 2,048, every 512, waiting for the worker after each call
+so that nothing is dropped) whose stored ``z/rankme``, ``z/std`` and
+``z/dead_dims`` must equal :func:`tracker.embedding_window.statistics` of the last
+2,048 rows at each evaluation's step (relative 1e-6). Then the worker's cost:
+adding a batch of 256 rows to a full window and one evaluation (RankMe, std, dead
+dims), which bound how fast a run it keeps up with.
 
 Run: ``.venv/bin/python -m bench.embeddings`` (``--quick``: fewer calls and shapes).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import statistics as stats
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -44,24 +56,36 @@ ROUNDS = 5
 STEP_MS = 5.0
 
 
-def _inputs(n: int, d: int) -> dict[str, tuple[Any, Callable[[Any], Any]]]:
-    """Input kind -> (z, the plain copy to host)."""
-    z = np.random.default_rng(0).normal(size=(n, d)).astype(np.float32)
-    out: dict[str, tuple[Any, Callable[[Any], Any]]] = {"numpy": (z, lambda a: np.array(a, copy=True))}
+REFERENCE = {"numpy": "np.array(z, copy=True)", "torch cpu": "z.detach().clone()",
+             "torch cuda": "z.detach().cpu()"}
+
+
+def _kinds() -> dict[str, Callable[[np.ndarray], Any]]:
+    """Input kind -> how to make z of that kind from a float32 array."""
+    out: dict[str, Callable[[np.ndarray], Any]] = {"numpy": lambda a: a.copy()}
     try:
         import torch
     except ImportError:
         return out
-    t = torch.from_numpy(z.copy())
-    out["torch cpu"] = (t, lambda a: a.detach().clone())
+    out["torch cpu"] = lambda a: torch.from_numpy(a.copy())
     if torch.cuda.is_available():
-        g = t.cuda()
-
-        def to_host(a: Any) -> Any:
-            return a.detach().cpu()
-
-        out["torch cuda"] = (g, to_host)
+        out["torch cuda"] = lambda a: torch.from_numpy(a.copy()).cuda()
     return out
+
+
+def _copy_of(kind: str) -> Callable[[Any], Any]:
+    """The plain copy to host of :data:`REFERENCE`."""
+    if kind == "numpy":
+        return lambda a: np.array(a, copy=True)
+    if kind == "torch cpu":
+        return lambda a: a.detach().clone()
+    return lambda a: a.detach().cpu()
+
+
+def _inputs(n: int, d: int) -> dict[str, tuple[Any, Callable[[Any], Any]]]:
+    """Input kind -> (z, the plain copy to host)."""
+    z = np.random.default_rng(0).normal(size=(n, d)).astype(np.float32)
+    return {kind: (make(z), _copy_of(kind)) for kind, make in _kinds().items()}
 
 
 def _tight(fn: Callable[[int], None], calls: int) -> tuple[float, float]:
@@ -94,14 +118,46 @@ def _logged(run: Any) -> int:
     return rows
 
 
+def _parts(z: Any, calls: int) -> tuple[float, float]:
+    """(us per call of run.py's part, us per call of the monitor's submit), no worker running."""
+    import tracker
+    from tracker.embeddings import monitor
+
+    run = tracker.init("bench-embeddings", config={}, loggers=["store"], system=False)
+    mon = monitor(run)
+    mon._thread = threading.current_thread()  # no worker: finish() does its work on this thread
+    submit = mon.submit
+    mon.submit = lambda *args: None  # type: ignore[method-assign]
+    run_py = _tight(lambda i: run.log_embeddings("z", z, step=i), calls)[0]
+    mon.submit = submit  # type: ignore[method-assign]
+    submit("z", z, 0)
+    slot = mon._slots["z"]
+
+    def recycled(i: int) -> None:  # a worker that keeps up gives the buffers back every few calls
+        submit("z", z, i)
+        if i % 8 == 7:
+            while slot.queue:
+                _, buf, rows, free = slot.queue.popleft()
+                slot.taken += rows
+                free.append(buf)
+
+    own = _tight(recycled, calls)[0]
+    run.finish()
+    return run_py, own
+
+
 def measure(z: Any, copy: Callable[[Any], Any], calls: int) -> dict[str, float]:
     """Median figures over ROUNDS alternating rounds of the copy and of log_embeddings."""
     import tracker
 
-    figures: dict[str, list[float]] = {k: [] for k in ("copy", "log", "cpu", "base", "step_copy", "step_log")}
+    names = ("copy", "run_py", "submit", "log", "cpu", "base", "step_copy", "step_log")
+    figures: dict[str, list[float]] = {k: [] for k in names}
     logged = 0
     for _ in range(ROUNDS):
         figures["copy"].append(_tight(lambda i: copy(z), calls)[0])
+        run_py, own = _parts(z, calls)
+        figures["run_py"].append(run_py)
+        figures["submit"].append(own)
         run = tracker.init("bench-embeddings", config={}, loggers=["store"], system=False)
         wall, cpu = _tight(lambda i: run.log_embeddings("z", z, step=i), calls)
         figures["log"].append(wall)
@@ -116,9 +172,44 @@ def measure(z: Any, copy: Callable[[Any], Any], calls: int) -> dict[str, float]:
         logged += _logged(run)
     m = {k: stats.median(v) for k, v in figures.items()}
     extra_copy, extra_log = m["step_copy"] - m["base"], m["step_log"] - m["base"]
-    return {"copy_us": m["copy"], "log_us": m["log"], "cpu_us": m["cpu"], "ratio": m["log"] / m["copy"],
+    return {"copy_us": m["copy"], "run_py_us": m["run_py"], "submit_us": m["submit"], "log_us": m["log"],
+            "cpu_us": m["cpu"], "ratio": m["log"] / m["copy"], "submit_ratio": m["submit"] / m["copy"],
             "extra_copy": extra_copy, "extra_log": extra_log,
             "step_ratio": extra_log / extra_copy if extra_copy > 0 else float("nan"), "logged": logged}
+
+
+def check_statistics(kind: str, make: Callable[[np.ndarray], Any], n: int = 256, d: int = 128,
+                     window: int = 2048, every: int = 512, calls: int = 24) -> int:
+    """Log distinct batches, read the stored statistics back and compare each point with a direct
+    computation on the last ``window`` rows at its step; the number of points compared."""
+    import tracker
+    from tracker.embedding_window import statistics
+    from tracker.embeddings import wait
+
+    rng = np.random.default_rng(7)
+    batches = [(rng.normal(size=(n, d)) * rng.uniform(0.2, 2.0, d)).astype(np.float32) for _ in range(calls)]
+    run = tracker.init("bench-embeddings-check", config={}, loggers=["store"], system=False)
+    for step, z in enumerate(batches):
+        run.log_embeddings("z", make(z), step=step, window=window, every=every)
+        if not wait(run):
+            raise AssertionError("the embeddings worker did not keep up within 30 s")
+    run.finish()
+    stored = tracker.query("SELECT step, key, value FROM curves WHERE run_id = ? AND key LIKE 'z/%' ORDER BY step",
+                           [run.run_id])
+    points = 0
+    for step in sorted(set(stored["step"].to_list())):
+        rows = np.concatenate(batches[: step + 1])[-window:]
+        expected = statistics(rows, gamma=1.0)
+        at = stored.filter(stored["step"] == step)
+        got = dict(zip((k.split("/", 1)[1] for k in at["key"]), at["value"]))
+        for name, value in expected.items():
+            if not math.isclose(got.get(name, math.nan), value, rel_tol=1e-6, abs_tol=1e-12):
+                raise AssertionError(f"{kind}: stored z/{name} at step {step} is {got.get(name)}; a direct "
+                                     f"computation on the last {window} rows gives {value}")
+            points += 1
+    if points != 3 * (calls * n // every):  # n < every: one evaluation each `every` samples, none dropped
+        raise AssertionError(f"{kind}: only {points // 3} evaluations stored for {calls * n} samples, every {every}")
+    return points
 
 
 def worker_cost(d: int, window: int = 25_600, batch: int = 256) -> tuple[float, float]:
@@ -147,15 +238,23 @@ def main() -> None:
     calls = 50 if quick else CALLS
     print(f"run.log_embeddings on the training thread vs a plain copy of z to host ({calls} calls, median of "
           f"{ROUNDS} rounds; defaults: window 25,600, every 1,024 samples)")
-    print(f"{'':19} {'tight loop, us per call':^44} | {f'training loop ({STEP_MS:g} ms steps), extra us':^36}")
-    print(f"{'N x D':>12} {'input':>11} {'copy':>8} {'log':>9} {'thread CPU':>11} {'ratio':>6}     | "
-          f"{'copy':>8} {'log':>9} {'ratio':>6} {'stats rows':>11}")
+    print("the copy: " + "; ".join(f"{kind}: {REFERENCE[kind]}" for kind in _kinds()))
+    print(f"{'':25} {'parts of a call, no worker, us':^35} | {'whole call, worker running, us':^36} | "
+          f"{f'training loop ({STEP_MS:g} ms steps), extra us':^33}")
+    print(f"{'N x D':>12} {'input':>11} {'copy':>8} {'run.py':>8} {'submit':>8} {'ratio':>7}  | {'log':>9} "
+          f"{'thread CPU':>11} {'ratio':>6}       | {'copy':>8} {'log':>9} {'ratio':>6} {'stats rows':>11}")
     for n, d in shapes:
         for kind, (z, copy) in _inputs(n, d).items():
             m = measure(z, copy, calls)
-            print(f"{n:>5} x {d:<5} {kind:>11} {m['copy_us']:8.1f} {m['log_us']:9.1f} {m['cpu_us']:11.1f} "
-                  f"{m['ratio']:6.2f}     | {m['extra_copy']:8.1f} {m['extra_log']:9.1f} {m['step_ratio']:6.2f} "
-                  f"{m['logged']:11d}")
+            print(f"{n:>5} x {d:<5} {kind:>11} {m['copy_us']:8.1f} {m['run_py_us']:8.1f} {m['submit_us']:8.1f} "
+                  f"{m['submit_ratio']:7.2f}  | {m['log_us']:9.1f} {m['cpu_us']:11.1f} {m['ratio']:6.2f}       | "
+                  f"{m['extra_copy']:8.1f} {m['extra_log']:9.1f} {m['step_ratio']:6.2f} {m['logged']:11d}")
+    print("(ratio: submit / copy, log / copy; run.py: the Run's checks before it hands z over, tracker/run.py)")
+    print("\nread back: stored statistics against a direct computation on the window's rows (256 x 128 batches, "
+          "window 2,048, every 512):")
+    for kind, make in _kinds().items():
+        print(f"  {kind:>11}: {check_statistics(kind, make)} stored points equal statistics() of the last 2,048 "
+              "rows (rel 1e-6)")
     print("\nthe worker, off the training thread (window 25,600 samples, batches of 256):")
     for d in (128, 512, 2048) if not quick else (128, 512):
         add_s, eval_s = worker_cost(d)
