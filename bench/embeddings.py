@@ -10,8 +10,9 @@ user would make anyway (named in the output: ``np.array(z, copy=True)`` for nump
   Run's own checks before it hands over (``run.log_embeddings`` with the monitor's
   ``submit`` a no-op: tracker/run.py, not this bench's subject), and ``submit``,
   what :mod:`tracker.embeddings` does on the training thread (the copy into a
-  recycled buffer and the queue append) with no worker beside it, the buffers
-  recycled every 8 calls as a worker that keeps up does;
+  recycled buffer and the queue append) with no worker beside it, each buffer
+  given back at once (as the copy's own memory goes back to malloc: both copy
+  into memory the loop just used);
 * tight loop: the whole call at defaults (window 25,600, an evaluation every 1,024
   samples) with the worker running: microseconds per call and the training thread's
   own CPU time per call. An upper bound: the worker competes for the GIL with a
@@ -133,10 +134,9 @@ def _parts(z: Any, calls: int) -> tuple[float, float]:
     submit("z", z, 0)
     slot = mon._slots["z"]
 
-    def recycled(i: int) -> None:  # a worker that keeps up gives the buffers back every few calls
+    def recycled(i: int) -> None:  # the buffer comes back at once, as the copy's own memory does to malloc
         submit("z", z, i)
-        if i % 8 == 7:
-            while slot.queue:
+        while slot.queue:
                 _, buf, rows, free = slot.queue.popleft()
                 slot.taken += rows
                 free.append(buf)

@@ -90,8 +90,6 @@ class Slot:
     __slots__ = ("state", "kind", "shape", "dtype", "cuda", "rows", "free", "pools", "queue", "submitted",
                  "taken", "bound", "is_torch", "new")
 
-    LIMIT = 8  # free buffers kept per input shape and dtype
-
     def __init__(self, state: Window) -> None:
         self.state = state
         self.kind: type | None = None
@@ -122,13 +120,15 @@ class Slot:
             shape, dtype = self.shape, self.dtype
             self.new = lambda: np.empty(shape, dtype=dtype)
             pool = ("numpy", shape, dtype.str)
-        self.free = self.pools.setdefault(pool, deque())
+        if pool not in self.pools:  # keeps as many buffers as the queue can hold: once warm, no allocation
+            self.pools[pool] = deque(maxlen=self.bound // max(1, self.rows) + 2)
+        self.free = self.pools[pool]
 
 
 def _give(free: deque[Any], buf: Any) -> None:
-    """Return a buffer whose rows the worker no longer needs to its pool (at most Slot.LIMIT kept)."""
-    if len(free) < Slot.LIMIT:
-        free.append(buf)
+    """Return a buffer whose rows the worker no longer needs to its pool (a bounded deque: past
+    what the queue can hold, the oldest free buffer is let go)."""
+    free.append(buf)
 
 
 def _as_matrix(z: Any) -> np.ndarray:
