@@ -8,13 +8,15 @@
   what a collapsing embedding is made of.
 * :class:`Window` keeps the last ``window`` rows in a float32 ring and their
   sufficient statistics (:class:`Sums`) up to date as rows come and go: adding
-  ``n`` rows costs ``n * D^2``, an evaluation ``D^3`` (the eigenvalues), instead of
-  ``W * D^2`` for every evaluation. Every ``4 * window`` rows added the sums are
+  ``n`` rows costs ``n * D^2``, an evaluation ``D^3`` (the eigenvalues, through
+  torch when it is imported: :func:`eigenvalues`), instead of ``W * D^2`` for every
+  evaluation. Every ``4 * window`` rows added the sums are
   recomputed from the ring, so rounding never drifts.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -35,6 +37,16 @@ def rankme(singular: np.ndarray) -> float:
         return 1.0
     p = s / total + RANKME_EPS
     return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def eigenvalues(matrix: np.ndarray) -> np.ndarray:
+    """The eigenvalues of the symmetric float64 ``matrix``: through torch when the process has
+    imported it (its LAPACK call releases the GIL; numpy's ``eigvalsh`` holds it for the whole
+    decomposition, which a training thread waking from its GPU wait then waits out), else numpy."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "linalg"):
+        return torch.linalg.eigvalsh(torch.from_numpy(np.ascontiguousarray(matrix))).numpy()
+    return np.linalg.eigvalsh(matrix)
 
 
 def _chunks(blocks: list[np.ndarray]) -> Iterator[np.ndarray]:
@@ -80,12 +92,12 @@ class Sums:
         if w < 2:
             raise ConfigError(f"statistics need at least 2 samples; got {w}")
         if self.g is not None and w >= self.dim:
-            eig = np.linalg.eigvalsh(self.g)
+            eig = eigenvalues(self.g)
         else:
             if blocks is None:
                 raise ConfigError("fewer samples than dimensions: pass the rows for z z^T")
             small = np.concatenate(blocks).astype(np.float64)
-            eig = np.linalg.eigvalsh(small @ small.T)
+            eig = eigenvalues(small @ small.T)
         raw_std = np.sqrt(np.maximum(self.s2 - self.s1 * self.s1 / w, 0.0) / (w - 1))
         unit_std = np.sqrt(np.maximum(self.n2 - self.n1 * self.n1 / w, 0.0) / (w - 1))
         return {
