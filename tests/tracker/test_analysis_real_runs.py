@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -43,6 +44,19 @@ def test_the_manifest_names_source_licence_labels_and_a_held_out_third() -> None
     assert 0.25 <= sum(r.holdout for r in runs) / len(runs) <= 0.4
     assert {k for r in runs for k in r.labels} == set(KINDS)
     assert all(lab.best is not None for r in runs for k, lab in r.labels.items() if k == "overfitting")
+
+
+def test_each_transcribed_file_has_the_character_count_its_note_records() -> None:
+    entries = tomllib.loads((CORPUS / "manifest.toml").read_text())["run"]
+    counted = 0
+    for entry in entries:
+        note = re.search(r"(\d+) characters", entry.get("note", ""))
+        if note:
+            counted += 1
+            with open(CORPUS / entry["name"] / "results.csv", newline="") as fh:
+                text = fh.read()  # CRLF files keep their line ends: the count is of the stored text
+            assert len(text) == int(note.group(1)), entry["name"]
+    assert counted >= 70 and sum(e["task"] == "detect" for e in entries) >= 45
 
 
 def test_a_zero_box_loss_run_gets_the_zero_loss_and_collapse_verdicts(imported: Any) -> None:
