@@ -186,3 +186,30 @@ def test_finish_waits_for_the_worker_at_most_half_the_logger_timeout(caplog: pyt
     time.sleep(0.5)  # the abandoned worker stops without logging into the finished run
     assert not [r for r in caplog.records if "failed" in r.getMessage()]
     assert run._embeddings._abandoned or run._embeddings.evaluations > 0
+
+
+def test_a_warm_call_reuses_a_buffer_and_other_shapes_and_dtypes_still_go_in() -> None:
+    import torch
+
+    run = tracker.init("emb")
+    layer = torch.nn.Linear(4, 8)
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    for step in range(4):
+        run.log_embeddings("z", layer(x), step=step, window=64, every=16)  # requires grad: copied detached
+    assert wait(run)
+    slot = run._embeddings._slots["z"]
+    free = {id(b) for b in slot.free}
+    assert len(free) == 4  # the worker gave every buffer back
+    run.log_embeddings("z", layer(x), step=4)
+    step, buf, rows, _ = slot.queue[-1]
+    assert id(buf) in free and not buf.requires_grad and rows == 16  # a warm call allocates nothing
+    assert torch.equal(buf, layer(x).detach())
+    run.log_embeddings("z", layer(x[:3]).double(), step=5)  # a smaller last batch, another dtype
+    run.log_embeddings("z", x @ torch.ones(4, 8), step=6)
+    assert wait(run)
+    with pytest.raises(ConfigError, match="'z' has dtype complex128; expected real numbers"):
+        run.log_embeddings("z", np.ones((3, 8), dtype=complex), step=7)
+    run.finish()
+    assert run._embeddings.keys["z"].filled == 64 and run._embeddings.keys["z"].since == 0
+    stored = tracker.query("SELECT step FROM curves WHERE key = 'z/std' ORDER BY step")["step"].to_list()
+    assert stored == [3, 4, 6]  # a full window (64 samples) at step 3, then each 16 new ones: 16 at 4, 3 + 16 at 6
