@@ -31,11 +31,12 @@ Rules:
   worker's pace. A worker that falls behind by more than two windows has its
   oldest queued samples dropped (by the training thread, rarely: they would leave
   the window unread) down to one window, so the window, the queue and the
-  recycled buffers stay within about three windows per key. Rows with NaN or inf are left out (counted). The
-  worker holds the window's sums up to date as rows come and go
-  (:mod:`tracker.embedding_window`), runs numpy's BLAS on one thread and on Linux at
-  nice +10, so where cores are short the training thread gets them first. ``wait(run)`` waits for it (tests,
-  benchmarks: a loop that does nothing but log outruns any worker).
+  recycled buffers stay within about three windows per key. Rows with NaN or inf
+  are left out (counted). The worker holds the window's sums up to date as rows
+  come and go (:mod:`tracker.embedding_window`), runs numpy's BLAS on one thread
+  and on Linux at nice +10, so where cores are short the training thread gets them
+  first. ``wait(run)`` waits for it (tests, benchmarks: a loop that does nothing
+  but log outruns any worker).
 * The keys' settings (``dim``, ``window``, ``gamma``, ``every``) are recorded in
   the run's config under ``tracker_embeddings`` (the web UI and the offline
   analysis read ``dim`` from there).
