@@ -56,6 +56,7 @@ SHAPES = ((256, 128), (256, 2048), (1024, 2048))
 CALLS = 200
 ROUNDS = 5
 STEP_MS = 5.0
+WARM_S = 5.0
 
 
 REFERENCE = {"numpy": "np.array(z, copy=True)", "torch cpu": "z.detach().clone()",
@@ -148,15 +149,17 @@ def _parts(z: Any, calls: int) -> tuple[float, float]:
 
 
 def _warm(z: Any, calls: int) -> Any:
-    """A run that logged ``calls`` batches of ``z`` and whose worker took them in: its recycled
-    buffers exist, so the timed calls see the steady state (a run's first calls allocate them)."""
+    """A run that logged ``calls`` batches of ``z``, given up to WARM_S for its worker to take
+    them in: its recycled buffers exist, so the timed calls see the steady state (a run's first
+    calls allocate them; at large D the worker cannot take them all in that time, and the timed
+    calls also pay for what a worker that falls behind costs)."""
     import tracker
     from tracker.embeddings import wait
 
     run = tracker.init("bench-embeddings", config={}, loggers=["store"], system=False)
     for i in range(calls):
         run.log_embeddings("z", z, step=i)
-    wait(run, 120.0)
+    wait(run, WARM_S)
     return run
 
 
