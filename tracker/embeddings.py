@@ -28,13 +28,14 @@ Rules:
       ``gamma`` (default 1.0, VICReg's variance target).
 
   Batches are taken in order; evaluations fall where ``every`` says, whatever the
-  worker's pace. A worker that falls behind by more than two windows has its
-  oldest queued samples dropped (by the training thread, rarely: they would leave
-  the window unread) down to one window, so the window, the queue and the
-  recycled buffers stay within about three windows per key. Rows with NaN or inf
+  worker's pace. A worker that falls behind by more than a window has its oldest
+  queued samples dropped (by the training thread, at most once every half window of
+  rows: they would leave the window unread) down to half a window, so the window,
+  the queue, the batches the worker holds and the recycled buffers stay within
+  about three windows per key. Rows with NaN or inf
   are left out (counted). The worker holds the window's sums up to date as rows
-  come and go (:mod:`tracker.embedding_window`), runs numpy's BLAS on one thread
-  and on Linux at nice +10, so where cores are short the training thread gets them
+  come and go (:mod:`tracker.embedding_window`), runs numpy's BLAS on a quarter of
+  the cores (one on 4 or fewer) and on Linux at nice +10, so where cores are short the training thread gets them
   first. ``wait(run)`` waits for it (tests, benchmarks: a loop that does nothing
   but log outruns any worker).
 * The keys' settings (``dim``, ``window``, ``gamma``, ``every``) are recorded in
@@ -106,7 +107,7 @@ class Slot:
         self.queue: deque[tuple[int, Any, int, deque[Any]]] = deque()
         self.submitted = 0
         self.taken = 0
-        self.bound = 2 * state.window  # queued rows past which the oldest are dropped unread
+        self.bound = state.window  # queued rows past which the oldest are dropped, down to half a window
 
     def use(self, z: Any, torch: Any) -> None:
         """Make ``z``'s kind, shape, dtype and device the current input."""
@@ -123,7 +124,7 @@ class Slot:
             self.new = lambda: np.empty(shape, dtype=dtype)
             pool = ("numpy", shape, dtype.str)
         if pool not in self.pools:  # keeps as many buffers as the queue can hold: once warm, no allocation
-            self.pools[pool] = deque(maxlen=self.bound // max(1, self.rows) + 2)
+            self.pools[pool] = deque(maxlen=2 * self.bound // max(1, self.rows) + 2)  # queued + the worker's
         self.free = self.pools[pool]
 
 
@@ -234,11 +235,12 @@ class EmbeddingMonitor:
         return slot, z
 
     def _trim(self, key: str, slot: Slot) -> None:
-        """Drop the oldest queued batches of a worker that fell behind by more than a window
-        (they would leave the window unread); the training thread does this rarely."""
+        """Drop the oldest queued batches of a worker that fell behind by more than a window,
+        down to half a window (they would leave the window unread); the training thread does
+        this at most once every half window of rows."""
         with self._lock:
-            queue, window = slot.queue, slot.state.window
-            while len(queue) > 1 and slot.submitted - slot.taken - queue[0][2] >= window:
+            queue, keep = slot.queue, slot.state.window // 2
+            while len(queue) > 1 and slot.submitted - slot.taken - queue[0][2] >= keep:
                 _, old, dropped, free = queue.popleft()
                 _give(free, old)
                 slot.taken += dropped
@@ -397,16 +399,25 @@ class EmbeddingMonitor:
 _BLAS: list[Any] = []  # threadpoolctl's controller of the BLAS libraries loaded, found once
 
 
+def blas_threads() -> int:
+    """The BLAS threads the worker computes with: a quarter of this process's cores, at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores // 4)
+
+
 def _one_blas_thread() -> Any:
-    """Run numpy's BLAS on one thread while the worker computes (threadpoolctl; the limit is the
-    process's for that time): OpenBLAS's own threads are not niced, and they spin after each
-    call, so on a machine with few cores a BLAS pool working beside the training thread took
-    its cores (10 ms lost per 5 ms training step on 2 cores, 0.8 ms with one BLAS thread)."""
+    """Run numpy's BLAS on :func:`blas_threads` threads while the worker computes (threadpoolctl;
+    the limit is the process's for that time): OpenBLAS's own threads are not niced, and they
+    spin after each call, so on a machine with few cores a BLAS pool working beside the training
+    thread took its cores (10 ms lost per 5 ms training step on 2 cores, 0.8 ms with one thread)."""
     if not _BLAS:
         from threadpoolctl import ThreadpoolController
 
         _BLAS.append(ThreadpoolController())
-    return _BLAS[0].limit(limits=1, user_api="blas")
+    return _BLAS[0].limit(limits=blas_threads(), user_api="blas")
 
 
 def _lower_priority() -> None:
