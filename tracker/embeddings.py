@@ -28,11 +28,11 @@ Rules:
       ``gamma`` (default 1.0, VICReg's variance target).
 
   Batches are taken in order; evaluations fall where ``every`` says, whatever the
-  worker's pace. A worker that falls behind by more than a window has its oldest
-  queued samples dropped (by the training thread, at most once every half window of
-  rows: they would leave the window unread) down to half a window, so the window,
-  the queue, the batches the worker holds and the recycled buffers stay within
-  about three windows per key. Rows with NaN or inf
+  worker's pace. A worker that falls behind by more than 1.5 windows has its
+  oldest queued samples dropped (they would leave the window unread) down to one
+  window, by the training thread at most once every half window of rows, and the
+  worker takes at most a window at a time, so the copies queued and held stay
+  within 2.5 windows per key (plus a batch), the window itself beside them. Rows with NaN or inf
   are left out (counted). The worker holds the window's sums up to date as rows
   come and go (:mod:`tracker.embedding_window`), runs numpy's BLAS on a quarter of
   the cores (one on 4 or fewer) and on Linux at nice +10, so where cores are short the training thread gets them
@@ -107,7 +107,7 @@ class Slot:
         self.queue: deque[tuple[int, Any, int, deque[Any]]] = deque()
         self.submitted = 0
         self.taken = 0
-        self.bound = state.window  # queued rows past which the oldest are dropped, down to half a window
+        self.bound = state.window + state.window // 2  # queued rows past which the oldest are dropped
 
     def use(self, z: Any, torch: Any) -> None:
         """Make ``z``'s kind, shape, dtype and device the current input."""
@@ -123,8 +123,9 @@ class Slot:
             shape, dtype = self.shape, self.dtype
             self.new = lambda: np.empty(shape, dtype=dtype)
             pool = ("numpy", shape, dtype.str)
-        if pool not in self.pools:  # keeps as many buffers as the queue can hold: once warm, no allocation
-            self.pools[pool] = deque(maxlen=2 * self.bound // max(1, self.rows) + 2)  # queued + the worker's
+        if pool not in self.pools:
+            # as many buffers as the queue and the worker can hold (2.5 windows): once warm, no allocation
+            self.pools[pool] = deque(maxlen=(self.bound + self.state.window) // max(1, self.rows) + 3)
         self.free = self.pools[pool]
 
 
@@ -235,18 +236,22 @@ class EmbeddingMonitor:
         return slot, z
 
     def _trim(self, key: str, slot: Slot) -> None:
-        """Drop the oldest queued batches of a worker that fell behind by more than a window,
-        down to half a window (they would leave the window unread); the training thread does
-        this at most once every half window of rows."""
+        """Drop the oldest queued batches of a worker that fell behind by more than 1.5 windows,
+        down to one window; the training thread does this at most once every half window of rows."""
         with self._lock:
-            queue, keep = slot.queue, slot.state.window // 2
-            while len(queue) > 1 and slot.submitted - slot.taken - queue[0][2] >= keep:
-                _, old, dropped, free = queue.popleft()
-                _give(free, old)
-                slot.taken += dropped
-                self._handled += 1
-                self._skipped[key] = self._skipped.get(key, 0) + dropped
-                self.dropped_rows += dropped
+            self._drop_oldest(key, slot)
+
+    def _drop_oldest(self, key: str, slot: Slot) -> None:
+        """Drop the oldest queued batches beyond the newest window of rows (they would leave the
+        window unread; the worker's window forgets as many of its own). Under the lock."""
+        queue, keep = slot.queue, slot.state.window
+        while len(queue) > 1 and slot.submitted - slot.taken - queue[0][2] >= keep:
+            _, old, dropped, free = queue.popleft()
+            _give(free, old)
+            slot.taken += dropped
+            self._handled += 1
+            self._skipped[key] = self._skipped.get(key, 0) + dropped
+            self.dropped_rows += dropped
 
     def _declare(self, key: str, dim: int, window: Any, gamma: Any, every: Any) -> Slot:
         w = _option(window, DEFAULT_WINDOW, "window", 2, int)
@@ -266,6 +271,7 @@ class EmbeddingMonitor:
         with self._lock:
             out = []
             for key, slot in self._slots.items():
+                self._drop_oldest(key, slot)  # the worker holds at most a window (+ a batch) of copies
                 skipped = self._skipped.pop(key, 0)
                 if skipped:
                     slot.state.skip(skipped)
