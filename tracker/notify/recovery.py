@@ -4,6 +4,9 @@
 
 * a run whose delivering process is gone (``kill -9``, a crash, a finish that could
   not deliver in time): its queued messages are sent now;
+* when the store is a lake and the caller gives targets of its own (``tracker notify
+  watch``): the runs of other hosts that the lake reads ``crashed``, claimed once across
+  all hosts in the lake's catalog (:mod:`tracker.notify.lakecrash`);
 * a run that is shown ``crashed`` by the heartbeat rule (:mod:`tracker.store.spoolmeta`:
   no heartbeat for two ``TRACKER_HEARTBEAT_S`` intervals, or its process gone on this
   host) while ``run.json`` still says ``running``: one ``run_crashed`` message per dead
@@ -77,6 +80,7 @@ def recover(home: Path, notifiers: dict[str, Any] | None = None,
     counts = {"sent": 0, "failed": 0, "crashed": 0}
     runs = outbox.runs_with_outbox(home)
     if fallback is not None and fallback.targets:
+        counts["crashed"] += _check_lake(home, notifiers, fallback, since, counts)
         for run_id in sorted(set(_all_runs(home)) - set(runs)):
             if check_crashed(home, run_id, fallback, since):
                 counts["crashed"] += 1
@@ -102,6 +106,29 @@ def recover(home: Path, notifiers: dict[str, Any] | None = None,
             if result is not None:
                 counts["sent" if result else "failed"] += 1
     return counts
+
+
+def _check_lake(home: Path, notifiers: dict[str, Any] | None, fallback: NotifyConfig, since: float,
+                counts: dict[str, int]) -> int:
+    """When the store is a lake: notify the crashes of other hosts' runs (:mod:`tracker.notify.lakecrash`),
+    stale in the lake since ``since`` less the lake's limit, and send what this host queued for them."""
+    from tracker.store.settings import current
+
+    setting = current()
+    if setting is None or home.name == "lake-crashes":
+        return 0
+    from tracker.notify.lakecrash import check_lake, outbox_home
+    from tracker.store.lake import stale_after_s
+
+    try:
+        found = len(check_lake(home, setting, fallback, since - stale_after_s() if since else 0.0))
+    except Exception as exc:  # an unreachable catalog: the next check tries again
+        log.warning("tracker: checking the lake for crashed runs failed: %s", setting.scrub(str(exc))[:300])
+        found = 0
+    sub = recover(outbox_home(home), notifiers)
+    counts["sent"] += sub["sent"]
+    counts["failed"] += sub["failed"]
+    return found
 
 
 def _all_runs(home: Path) -> list[str]:
@@ -140,6 +167,10 @@ def check_crashed(home: Path, run_id: str, cfg: NotifyConfig, since: float = 0.0
         os.write(fd, f"{os.getpid()} {time.time():.3f}\n".encode())
         os.fsync(fd)
         os.close(fd)
+        from tracker.notify.lakecrash import claim_local
+
+        if not claim_local(meta["run_id"], seg.rank, seg.segment):
+            continue  # a host reading the lake notified it already
         found += 1
         _queue_crash(home, meta, seg, cfg, stale_after_s())
     return found
@@ -152,8 +183,10 @@ def _queue_crash(home: Path, meta: dict[str, Any], seg: spool.SegmentInfo, cfg: 
     ev = Event(step=seg.last_step if seg.last_step is not None else seg.start_step, kind="run_crashed",
                severity="error", key=None,
                message=(f"run {meta.get('name') or meta['run_id']} (rank {seg.rank}, segment {seg.segment}) stopped "
-                        f"without finishing: no heartbeat for {age:.0f} s (limit {stale:g} s) or its process "
-                        f"{seg.pid} on {meta.get('host')} is gone; last durable step {seg.last_step}"),
+                        f"without finishing: no heartbeat for {age:.0f} s (limit {stale:g} s) "
+                        + (f"or its process {seg.pid} on {meta.get('host')} is gone" if seg.pid > 0 else
+                           f"in the lake: its host {meta.get('host')} committed nothing more")
+                        + f"; last durable step {seg.last_step}"),
                data={"rank": seg.rank, "segment": seg.segment, "pid": seg.pid, "heartbeat_age_s": round(age, 1)})
     info = {"run_id": meta["run_id"], "project": meta.get("project"), "name": meta.get("name"), "rank": seg.rank,
             "host": meta.get("host"), "pid": seg.pid}
