@@ -20,7 +20,8 @@ from tracker.commands.analyze import render
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "real_runs"
 USED = ("anemia-zero-box", "wheat-weed-v8", "fabric-cls", "handraising-y12", "coffee-train5-inf",
         "shahed-seg-y26", "streettype-cls", "dogcat-cls", "atpug-val-nolabels", "medicine-cls-zero",
-        "cv2027-seg-y26", "paludo-cls", "valvision-cls", "smartdevice-cls")
+        "cv2027-seg-y26", "paludo-cls", "valvision-cls", "smartdevice-cls", "test1802-y5", "messflow-seg-y26",
+        "coffee-train4-inf")
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +95,20 @@ def test_no_overfitting_on_a_tiny_val_set_or_a_rise_of_nothing(imported: Any) ->
     assert "overfitting" not in findings(imported, "valvision-cls")
     smart = findings(imported, "smartdevice-cls")["overfitting"]  # 0.58-0.62 at epochs 5-15, then 0.6-1.1
     assert smart.data["best_step"] == 15 and smart.step == 19 and smart.data["rise"] > 0.3
+
+
+def test_overfitting_on_one_yolov5_term_while_the_map_climbs(imported: Any) -> None:
+    # val/cls_loss 0.0124 at epoch 12, 0.015-0.016 at 39-49 while val/box_loss and val/obj_loss fall and the
+    # fitness climbs 0.20 -> 0.30: overfitting by the label definition, which reads each term
+    found = findings(imported, "test1802-y5")["overfitting"]
+    assert found.key == "val/cls_loss" and found.data["best_step"] == 12 and found.step == 39
+
+
+def test_no_overfitting_on_a_late_blip_or_a_minimum_before_the_model_learnt(imported: Any) -> None:
+    # val/box_loss 0.50-0.52 after its minimum at epoch 15, then 0.55-0.59 at 24-26 and back: no lasting rise
+    assert "overfitting" not in findings(imported, "messflow-seg-y26")
+    # val/box_loss lowest at epoch 1 (fitness 0.03), up 39% by epoch 7 while the fitness reaches 0.4: early noise
+    assert "overfitting" not in findings(imported, "coffee-train4-inf")
 
 
 def test_overfitting_names_its_best_epoch(imported: Any) -> None:

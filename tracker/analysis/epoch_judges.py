@@ -14,13 +14,16 @@ tuning part of the real corpus (``tests/data/real_runs``, ``bench/analysis_real.
   points it took to reach ``b`` (a minimum reached after 40 epochs must stand 10);
   the median of ``V``'s last ``window`` points at least ``min_rise`` above ``V(b)``
   and at least ``give_back`` of ``V``'s range so far (a loss that fell from 0.4 to
-  0.002 and "doubles" to 0.004 has not given anything back); Mann-Kendall finds
-  ``V`` rising over ``[b, e]`` (p < ``alpha``); ``T`` has fallen at least
-  ``train_drop`` over the same span; and the run's fitness (Ultralytics' 0.9
-  mAP50-95 + 0.1 mAP50, else its first metric) has not risen more than
-  ``metric_gain`` above its best up to ``b`` (a validation loss that rises while
-  the mAP climbs is a model growing more confident, not one memorising its training
-  set). No verdict when an accuracy's steps say the validation set holds fewer than
+  0.002 and "doubles" to 0.004 has not given anything back); the median of every
+  point since ``b`` (running median of 3) at least ``settled`` above ``V(b)``, as
+  the label definition asks (a late two-epoch blip on a flat stretch is no lasting
+  rise); Mann-Kendall finds ``V`` rising over ``[b, e]`` (p < ``alpha``); ``T`` has
+  fallen at least ``train_drop`` over the same span; and the run's fitness
+  (Ultralytics' 0.9 mAP50-95 + 0.1 mAP50, else its first metric) has not risen more
+  than ``metric_gain`` above its best up to ``b`` (at the default 1, not more than
+  doubled: a minimum reached before the model had learnt half of what it scores
+  since is early-training noise, not a best epoch; a fitness that still climbs
+  30-50% while one YOLOv5 term rises is overfitting by the labels). No verdict when an accuracy's steps say the validation set holds fewer than
   ``min_val_size`` images (one image more or less wrong swings its loss), and
   optionally (``after_warmup``) while the learning rate is still warming up. The
   best epoch is ``b``.
@@ -96,6 +99,7 @@ class Overfitting:
         self.train_drop, self.metric_gain = float(p["train_drop"]), float(p["metric_gain"])
         self.hold, self.give_back = float(p["hold"]), float(p["give_back"])
         self.min_val_size = float(p["min_val_size"])
+        self.settled = float(p["settled"])
 
     def judge(self, history: History) -> list[Event]:
         """The overfitting event, if any."""
@@ -138,6 +142,8 @@ class Overfitting:
         recent = float(np.median(v[-self.window:]))
         rise = recent / best - 1.0
         if rise < self.min_rise or recent - best < self.give_back * (float(v.max()) - best):
+            return None
+        if float(np.median(sm[b + 1:])) < (1.0 + self.settled) * best:  # a lasting rise, not a late blip
             return None
         _, _, _, p = mann_kendall(v[b:])
         if not (p < self.alpha and v[-1] > best):
