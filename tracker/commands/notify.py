@@ -77,6 +77,8 @@ def watch_command(home: str | None, once: bool, every: float | None, targets: tu
     intervals (or its process is gone on this host); each is notified once, by
     whichever process sees it first: to the run's own targets, else to this command's
     (--to, TRACKER_NOTIFY, pyproject.toml), for runs still beating when it started.
+    With a lake, the runs of dead hosts too: those the lake reads crashed, claimed
+    once across all hosts in the catalog and sent to this command's targets.
     Runs until interrupted unless --once.
     """
     from tracker.host import get_host
