@@ -42,6 +42,7 @@ _DDL = (f"CREATE TABLE IF NOT EXISTS {TABLE} (run_id text NOT NULL, rank integer
         "segment integer NOT NULL, claimed_by text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now(), "
         "PRIMARY KEY (run_id, rank, segment))")
 _READY: set[str] = set()  # catalogs whose claims table exists
+_DECIDED: set[tuple[str, str, int, int]] = set()  # (lake, run, rank, segment) this process claimed or lost
 
 
 def outbox_home(home: Path) -> Path:
@@ -92,14 +93,18 @@ def claim(setting: Any, run_id: str, rank: int, segment: int) -> bool:
 
     Atomic across hosts: PostgreSQL's primary key lets one INSERT in; every other one does
     nothing, and reading the row back tells each process whether its token is there."""
+    with _catalog(setting) as con:
+        return _claim(con, run_id, rank, segment)
+
+
+def _claim(con: Any, run_id: str, rank: int, segment: int) -> bool:
     token = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
     where = f"run_id = {_pg(run_id)} AND rank = {int(rank)} AND segment = {int(segment)}"
     insert = (f"INSERT INTO {TABLE} (run_id, rank, segment, claimed_by) VALUES "
               f"({_pg(run_id)}, {int(rank)}, {int(segment)}, {_pg(token)}) ON CONFLICT DO NOTHING")
-    with _catalog(setting) as con:
-        con.execute(f"CALL postgres_execute('{_ALIAS}', {_duck(insert)})")
-        row = con.execute(f"SELECT claimed_by FROM postgres_query('{_ALIAS}', "
-                          f"{_duck(f'SELECT claimed_by FROM {TABLE} WHERE {where}')})").fetchone()
+    con.execute(f"CALL postgres_execute('{_ALIAS}', {_duck(insert)})")
+    row = con.execute(f"SELECT claimed_by FROM postgres_query('{_ALIAS}', "
+                      f"{_duck(f'SELECT claimed_by FROM {TABLE} WHERE {where}')})").fetchone()
     return row is not None and row[0] == token
 
 
@@ -123,24 +128,36 @@ def crashed_segments(home: Path, since: float) -> list[dict[str, Any]]:
 
 def check_lake(home: Path, setting: Any, fallback: NotifyConfig, since: float) -> list[str]:
     """Claim and queue a ``run_crashed`` message for each crashed segment :func:`crashed_segments`
-    finds; returns the runs queued (their outboxes are under :func:`outbox_home`)."""
+    finds; returns the runs queued (their outboxes are under :func:`outbox_home`). A segment is
+    claimed once per process: a later check skips it, whoever won."""
+    queued: list[str] = []
+    base = outbox_home(home)
+    rows = [r for r in crashed_segments(home, since)
+            if (setting.key(), r["run_id"], r["rank"], r["segment"]) not in _DECIDED]
+    if not rows:
+        return queued
+    with _catalog(setting) as con:
+        for row in rows:
+            _DECIDED.add((setting.key(), row["run_id"], row["rank"], row["segment"]))
+            if _claim(con, row["run_id"], row["rank"], row["segment"]):
+                _queue(base, row, fallback)
+                queued.append(row["run_id"])
+            # else another process, on this host or another, notifies it
+    return queued
+
+
+def _queue(base: Path, row: dict[str, Any], fallback: NotifyConfig) -> None:
+    """Queue the ``run_crashed`` message of a lake row in the outbox under ``base``."""
     from tracker.notify.recovery import _queue_crash
     from tracker.store.lake import stale_after_s
 
-    queued: list[str] = []
-    base = outbox_home(home)
-    for row in crashed_segments(home, since):
-        if not claim(setting, row["run_id"], row["rank"], row["segment"]):
-            continue  # another process, on this host or another, notifies it
-        meta = {"run_id": row["run_id"], "project": row["project"], "name": row["name"], "host": row["host"]}
-        seg = spool.SegmentInfo(run_id=row["run_id"], rank=int(row["rank"]), segment=int(row["segment"]),
-                                start_step=int(row["start_step"] or 0), reason=str(row["reason"] or ""),
-                                started_at=float(row["started_at"] or 0.0), last_step=row["end_step"],
-                                heartbeat=float(row["heartbeat"]), pid=0)
-        outbox.save_config(base, row["run_id"], to_json(fallback))
-        _queue_crash(base, meta, seg, fallback, stale_after_s())
-        queued.append(row["run_id"])
-    return queued
+    meta = {"run_id": row["run_id"], "project": row["project"], "name": row["name"], "host": row["host"]}
+    seg = spool.SegmentInfo(run_id=row["run_id"], rank=int(row["rank"]), segment=int(row["segment"]),
+                            start_step=int(row["start_step"] or 0), reason=str(row["reason"] or ""),
+                            started_at=float(row["started_at"] or 0.0), last_step=row["end_step"],
+                            heartbeat=float(row["heartbeat"]), pid=0)
+    outbox.save_config(base, row["run_id"], to_json(fallback))
+    _queue_crash(base, meta, seg, fallback, stale_after_s())
 
 
 def claim_local(run_id: str, rank: int, segment: int) -> bool:
