@@ -40,9 +40,8 @@ tuning part of the real corpus (``tests/data/real_runs``, ``bench/analysis_real.
   train loss at 0 with no twin while the other train losses are not is a warning.
 * ``stopped_early``: judged at the last point of a run that is not running. The
   config's planned epochs (``epochs``, ``max_epochs``, ...) against the epochs done,
-  else the learning-rate schedule: after its peak (at least three steps of decay
-  after it: a run whose warmup ended two epochs before its last shows no schedule
-  yet), the median decay per step says how many steps remain until the rate reaches ``lrf`` (config ``lrf``, else the
+  else the learning-rate schedule: after its peak, the median decay per step says
+  how many steps remain until the rate reaches ``lrf`` (config ``lrf``, else the
   parameter) times its peak; stopped early when at least ``min_remaining`` steps and
   ``min_fraction`` of the schedule remain. With the config's ``patience``, a stop
   ``patience`` epochs after the best fitness epoch is early stopping (info), any
@@ -377,7 +376,7 @@ class StoppedEarly:
         peak_i = int(np.argmax(v))
         peak = float(v[peak_i])
         tail = v[peak_i:][-6:]
-        if peak <= 0 or tail.size < 4:  # three steps of decay after the peak, as the label definition reads it
+        if peak <= 0 or tail.size < 3:
             return []
         slope = -float(np.median(np.diff(tail)))
         if slope <= peak * 1e-6:

@@ -36,8 +36,7 @@ history (one per epoch for an Ultralytics ``results.csv``).
 ``stopped_early``
     ``min_remaining=3`` steps and ``min_fraction=0.1`` of the schedule left; ``lrf=0.01``
     (Ultralytics' final-lr fraction) when the config gives none. A finished
-    Ultralytics schedule extrapolates to 1-2 epochs left. The decay is read from at
-    least three steps after the peak (the label definition's median of the last three).
+    Ultralytics schedule extrapolates to 1-2 epochs left.
 ``epoch_divergence``
     ``factor=2`` times the minimum so far (the search's choice: a noisy train loss of a
     small set swings 1.5-1.9x its minimum without diverging), for ``patience=2`` points
