@@ -23,7 +23,8 @@ tuning part of the real corpus (``tests/data/real_runs``, ``bench/analysis_real.
   than ``metric_gain`` above its best up to ``b`` (at the default 1, not more than
   doubled: a minimum reached before the model had learnt half of what it scores
   since is early-training noise, not a best epoch; a fitness that still climbs
-  30-50% while one YOLOv5 term rises is overfitting by the labels). No verdict when an accuracy's steps say the validation set holds fewer than
+  30-50% while one YOLOv5 term rises is overfitting by the labels). No verdict
+  when an accuracy's steps say the validation set holds fewer than
   ``min_val_size`` images (one image more or less wrong swings its loss), and
   optionally (``after_warmup``) while the learning rate is still warming up. The
   best epoch is ``b``.
