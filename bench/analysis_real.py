@@ -59,7 +59,7 @@ KIND_OF = {"overfitting": "overfitting", "metric_collapse": "metric_collapse", "
 GRID: dict[str, dict[str, list[Any]]] = {
     "overfitting": {"patience": [2, 3, 4, 5, 7], "window": [1, 3, 5], "min_rise": [0.05, 0.1, 0.2, 0.3, 0.5],
                     "alpha": [0.05, 0.1, 0.2], "after_warmup": [0, 1], "train_drop": [0.0, 0.05, 0.1, 0.2],
-                    "metric_gain": [0.0, 0.05, 0.1, 0.2], "hold": [0.0, 0.15, 0.25, 0.35],
+                    "metric_gain": [0.05, 0.2, 0.5, 1.0, 2.0], "settled": [0.0, 0.02, 0.05, 0.1], "hold": [0.0, 0.15, 0.25, 0.35],
                     "give_back": [0.0, 0.02, 0.03, 0.05], "min_val_size": [0, 30, 50]},
     "metric_collapse": {"patience": [3, 2, 5], "never_patience": [5, 3, 8], "floor": [1e-6, 1e-4]},
     "zero_loss": {"patience": [3, 2, 5]},
