@@ -31,7 +31,8 @@ that knows nothing of tracker; ``tracker/`` is the host; ``plugins/`` and ``webu
 top of it. Inside ``tracker/`` the order is: the leaves that everything uses (errors,
 events, schema, protocols), the public facade and hook specs, pure helpers (numpy/COCO,
 weights, losses), the spool and its checks, the run's parts (metadata, loggers, flusher),
-the store, the run and the host, analysis, integrations, and the CLI on top.
+the store, the loss analysis (which reads the store, never the run), the run, what
+reviews whole runs after the fact, integrations, and the CLI on top.
 """
 
 from __future__ import annotations
@@ -70,12 +71,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the run's parts: its metadata files, the loggers' lanes, the system sampler, alerts
     ("tracker.runparts", ("tracker.runmeta", "tracker.loggers", "tracker.system", "tracker.notify",
                           "tracker.notify.*")),
+    # loss analysis: the detectors the run streams its rows through (online) and the same
+    # detectors over stored runs (offline), smoothing, trends; they read the store, never the run
+    ("tracker.analysis", ("tracker.analysis", "tracker.analysis.*")),
     # the run and what works on whole runs through the store
     ("tracker.run", ("tracker.flusher", "tracker.run", "tracker.runstart", "tracker.embeddings",
                      "tracker.importer", "tracker.runsets", "tracker.doctor")),
-    # loss analysis: detectors (online and offline), smoothing, trends, corpora, rare classes
-    ("tracker.analysis", ("tracker.analysis", "tracker.analysis.*", "tracker.rare_classes",
-                          "tracker.rare_advice")),
+    # what works on whole runs after the fact: scoring the real corpus (it imports logs through
+    # the importer), rare-class reports and advice
+    ("tracker.review", ("tracker.analysis.real_corpus", "tracker.rare_classes", "tracker.rare_advice")),
     # adapters to training frameworks, and the demos built on them
     ("tracker.integrations", ("tracker.integrations", "tracker.integrations.*", "tracker.demo")),
     # the CLI and its commands
@@ -205,7 +209,11 @@ def build(root: Path, roots: Iterable[str] = ROOTS) -> Graph:
 
 
 def layer_of(module: str) -> int | None:
-    """Index of the layer of ``module`` in :data:`LAYERS` (None when no pattern matches)."""
+    """Index of the layer of ``module`` in :data:`LAYERS` (None when no pattern matches); a
+    layer that names the module exactly wins over one that matches it by a wildcard."""
+    for i, (_name, patterns) in enumerate(LAYERS):
+        if module in patterns:
+            return i
     for i, (_name, patterns) in enumerate(LAYERS):
         if any(fnmatch.fnmatchcase(module, p) for p in patterns):
             return i

@@ -20,14 +20,19 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from tracker.events import Event
 from tracker.notify import outbox
 from tracker.notify.config import NotifyConfig, Rule, Target, mask, to_json
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tracker.run import Run
+    from tracker.protocols import RunLike
+
+    class Run(RunLike, Protocol):
+        """What the notifier reads from a run: the common fields, and whether it finished."""
+
+        _finished: bool
 
 log = logging.getLogger(__name__)
 
