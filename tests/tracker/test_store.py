@@ -220,3 +220,30 @@ def test_queries_with_parameters_do_not_import_pandas(home: Path) -> None:
                          env={**os.environ, "TRACKER_HOME": str(home)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["2", "False"]  # two keys at step 0
+
+
+def test_an_ingest_never_stores_metadata_older_than_the_fingerprint_it_records(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that finishes right after an ingest read the spool's metadata (a rank finishing
+    while another ingests) must not be shown ``running`` from then on: the ingest records the
+    fingerprint of what it read, not of what the spool became."""
+    from tracker.store import local
+
+    monkeypatch.setenv("TRACKER_INGEST_ON_FINISH", "0")
+    run = tracker.init("race", run_id="race", loggers=["store"])
+    run.log({"loss": 1.0}, step=0)
+    assert run.flush(timeout=10)
+    real_scan = local.spoolcheck.scan
+
+    def scan_then_finish(root: Path) -> object:
+        found = real_scan(root)
+        run.finish()  # run.json says finished from here on; the scan above read running
+        return found
+
+    monkeypatch.setattr(local.spoolcheck, "scan", scan_then_finish)
+    local.Store(home).ingest()
+    monkeypatch.setattr(local.spoolcheck, "scan", real_scan)
+    assert tracker.query("SELECT status FROM runs WHERE run_id = 'race'").item() == "finished"
+    local.Store(home).ingest()
+    assert tracker.query("SELECT status FROM runs WHERE run_id = 'race'").item() == "finished"

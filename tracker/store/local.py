@@ -242,6 +242,11 @@ class LocalStore(SpoolStore):
         for tmp in spool.stale_temp_files(self.home):
             with contextlib.suppress(OSError):
                 tmp.unlink()
+        # the fingerprint is taken BEFORE the metadata is read: a run.json or segment file that
+        # changes after this point (a rank finishing while another ingests) leaves the stored
+        # fingerprint behind the spool's, so readers rebuild from the files instead of trusting
+        # a row read before the change
+        fingerprint = spool.meta_fingerprint(self.home)
         scan = spoolcheck.scan(self.home)
         files = [f for f in spool.data_files(self.home) if f.parent.name not in scan.bad_runs]
         try:
@@ -254,7 +259,6 @@ class LocalStore(SpoolStore):
             done = self._already_ingested(con, files)
             todo = [f for f in files if file_key(f) not in done]
             todo = self._set_aside_corrupt(todo, report)
-            fingerprint = spool.meta_fingerprint(self.home)
             if todo or stored_fingerprint(con) != fingerprint:  # else nothing new: no write
                 con.execute("BEGIN")
                 try:
