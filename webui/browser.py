@@ -83,12 +83,9 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 90.0)
 
 def stop_server(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
     """Terminate ``proc``; kill it if it has not exited after ``timeout`` seconds."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    from tracker.commands.ui import stop_process
+
+    stop_process(proc, timeout)
 
 
 @contextmanager

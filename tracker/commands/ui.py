@@ -63,6 +63,16 @@ def app_env(home: str | os.PathLike[str] | None) -> dict[str, str]:
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
+def stop_process(proc: subprocess.Popen, grace_s: float) -> None:  # type: ignore[type-arg]
+    """Terminate ``proc``; kill it if it has not exited after ``grace_s`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def run_app(cmd: list[str], env: dict[str, str], grace_s: float = 10.0) -> int:
     """Run the server ``cmd`` until it exits or this process gets a stop signal.
 
@@ -90,12 +100,7 @@ def run_app(cmd: list[str], env: dict[str, str], grace_s: float = 10.0) -> int:
         code = 0
     finally:
         if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, grace_s)
         for s, handler in previous.items():
             signal.signal(s, handler)
     return 0 if stopped else code
