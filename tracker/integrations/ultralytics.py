@@ -68,13 +68,14 @@ time; ``scheme="power", power=cls_pw`` gives the same inverse-frequency weights.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -211,6 +212,27 @@ def label_counts(trainer: Any) -> np.ndarray:
     return np.bincount(flat, minlength=nc)[:nc].astype(np.int64)
 
 
+@contextlib.contextmanager
+def kept_random_state() -> Iterator[None]:
+    """Python's, numpy's and torch's (CPU) global random streams as they were before the block.
+
+    Ultralytics seeds them before the callbacks run, and its augmentations draw from them: a
+    tracker setup that drew from them (the first in a process imports the plugins, and ``rich``
+    draws ``random.getrandbits`` at import) would give a seeded training other batches than the
+    same training untracked."""
+    import random
+
+    import torch
+
+    saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.set_rng_state(saved[2])
+
+
 class _Tracker:
     """The callbacks' shared state for one model (reset at each training's start)."""
 
@@ -255,6 +277,10 @@ class _Tracker:
 
         if RANK > 0:
             return
+        with kept_random_state():  # the tracker's setup draws nothing from the training's random streams
+            self._setup(trainer, unwrap_model(trainer.model))
+
+    def _setup(self, trainer: Any, model: Any) -> None:
         names = [str(trainer.data["names"][i]) for i in range(int(trainer.data["nc"]))]
         counts = label_counts(trainer)
         factory, weights = None, None
@@ -267,7 +293,6 @@ class _Tracker:
                 return term_module(self.loss, self.loss_params, counts, len(names))[0]
         from tracker.integrations.ultralytics_loss import install
 
-        model = unwrap_model(trainer.model)
         self.per_class = install(model, factory)
         if self.assign_stats:
             from tracker.integrations.ultralytics_assign import attach
