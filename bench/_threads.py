@@ -9,6 +9,13 @@ does not know (torch's intra-op pool, OpenMP). It is empty elsewhere than Linux.
 :func:`cpu_delta` subtracts two readings, :func:`paired_bootstrap` gives a
 confidence interval of a ratio of medians by resampling whole rounds (the steps of
 one training are not independent, the rounds are closer to it).
+
+:func:`block_ratios` and :func:`median_interval` are the paired estimator: one ratio
+per block of adjacent trainings (``a / b - 1`` of a statistic of each training's steps),
+then the median of those ratios and a 95% bootstrap interval of that median over the
+blocks. A drift of the machine's speed slower than a block cancels in each ratio.
+:func:`outliers` counts the steps far above their training's median (reported, never
+dropped: the mean keeps them).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import os
 import random
 import statistics
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 TASKS = "/proc/self/task"
 
@@ -105,3 +112,31 @@ def paired_bootstrap(a_rounds: Sequence[Sequence[float]], b_rounds: Sequence[Seq
         ratios.append(statistics.median(a) / statistics.median(b) - 1)
     ratios.sort()
     return ratios[int(0.025 * reps)], ratios[int(0.975 * reps) - 1]
+
+
+def block_ratios(a_blocks: Sequence[Sequence[float]], b_blocks: Sequence[Sequence[float]],
+                 stat: Callable[[Sequence[float]], float] = statistics.median) -> list[float]:
+    """``stat(a_i) / stat(b_i) - 1`` for each block ``i`` (the two trainings of one block)."""
+    if len(a_blocks) != len(b_blocks):
+        raise ValueError(f"{len(a_blocks)} blocks against {len(b_blocks)}; the blocks must pair up")
+    return [stat(a) / stat(b) - 1 for a, b in zip(a_blocks, b_blocks) if a and b]
+
+
+def median_interval(ratios: Sequence[float], reps: int = 4000, seed: int = 0) -> tuple[float, float, float]:
+    """The median of ``ratios`` and a 95% percentile-bootstrap interval of it (blocks resampled)."""
+    if not ratios:
+        return float("nan"), float("nan"), float("nan")
+    rng = random.Random(seed)
+    n = len(ratios)
+    meds = sorted(statistics.median(rng.choices(ratios, k=n)) for _ in range(reps))
+    return statistics.median(ratios), meds[int(0.025 * reps)], meds[int(0.975 * reps) - 1]
+
+
+def outliers(steps: Sequence[float], factor: float = 1.5) -> tuple[int, float]:
+    """Steps above ``factor`` x the median of ``steps``: how many, and the share of the total time
+    they take beyond that median."""
+    if not steps:
+        return 0, 0.0
+    med = statistics.median(steps)
+    slow = [s for s in steps if s > factor * med]
+    return len(slow), sum(s - med for s in slow) / sum(steps)

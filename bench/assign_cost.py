@@ -1,36 +1,41 @@
 """What tracking costs a real YOLO11n training step: track() against no tracking, and the
 assignment statistics and gradient balance against track() without them.
 
-    python -m bench.assign_cost [--rounds 8] [--images 512] [--batch 8] [--imgsz 64] [--device cpu]
-                                [--flush-interval S]
+    python -m bench.assign_cost [--blocks 24] [--images 320] [--batch 8] [--imgsz 64] [--device cpu]
+                                [--threads N] [--flush-interval S] [--quick]
 
-Three settings train YOLO11n (from ``yolo11n.yaml``, Ultralytics' defaults, no validation,
-``workers=0``) on the same synthetic COCO-long-tail dataset, one epoch each:
+Three settings train YOLO11n (from ``yolo11n.yaml``, Ultralytics' defaults, ``val=False``,
+``workers=0``, ``amp=False``, ``seed=0``) on the same synthetic COCO-long-tail dataset, one
+epoch each, in one process:
 
 * ``none``: no tracking at all;
 * ``track``: ``track(model, assign_stats=False)``, every other default on (the store
-  logger, the online analysis, the system sampler);
+  logger, the online analysis, the system sampler, the 5 s flush);
 * ``assign``: ``track(model)``, the default (assignment statistics and gradient balance on).
 
-First one untimed round of all three: a process pays once for imports that happen during
-the first training (pyarrow loads pandas at its first array, torch its compiler at the first
-optimizer step), and whichever setting came first would carry them. Its background CPU is
-printed as the one-time cost. Then ``--rounds`` timed rounds in ABC CBA order (a drift of
-the machine's load hits every setting alike), the threads a training leaves behind waited
-for before the next.
+First one untimed block of all three (a process pays once for imports during its first
+training). Then ``--blocks`` timed blocks of three adjacent trainings, in ABC and CBA order
+alternately, so ``track`` always sits next to both others; the threads a training leaves
+behind are waited for before the next. The torch thread count is the same in every
+setting and printed (Ultralytics sets ``min(8, CPUs - 1)`` for a CPU training; ``--threads``
+overrides it for all three alike). Every setting sees the same batches and computes the
+same losses: the bench checks that each step's loss is bit-identical across the settings.
 
 A step is the time between two ``on_train_batch_start`` callbacks (data, forward, loss,
 backward, optimizer and every callback); the first 3 steps of each training are left out.
-Printed per setting: median, mean and p90 step over all rounds, the lowest per-round
-median, the main thread's CPU per step and the time of its garbage collections; for the
-overheads ``track / none - 1`` and ``assign / track - 1``: the pooled median and mean, the
-ratio of the lowest round medians, and a 95% interval of the median's ratio from rounds
-resampled in pairs. The load-independent figure is the CPU of the threads that are not the
-training's (the run's flusher, logger lanes, online analysis, system sampler) per 100
-steps, per thread, from ``/proc/self/task``: what they take from the cores and the GIL.
-The tracker's own main-thread time is measured directly too: inside its callbacks, the
-classification-loss bookkeeping and the statistics. Read back: the run's ``assign/gt``
-rows must sum to the labels the assigner saw.
+The estimator: per block, the ratio ``a / b - 1`` of the two trainings' median step, mean
+step and process CPU per step (all threads: the training's and the tracker's); printed,
+the median over blocks of each ratio with a 95% bootstrap interval over blocks, and the
+pooled ratios beside. Slow steps (over 1.5x their training's median) are counted and
+their share of the time printed; they stay in the means. Per block the machine's steal
+time and the other processes' CPU (``/proc/stat``) say how loaded it was.
+
+The load-independent figures: the tracker's own time on the training thread (its
+callbacks, the classification-loss bookkeeping, the statistics) as a share of the step;
+the CPU of the threads that are not the training's (the flusher, logger lane, online
+analysis, system sampler) per 100 steps, from ``/proc/self/task``; the garbage
+collections on every thread (one on a background thread stops the training too). Read
+back: the ``assign`` runs' ``assign/gt`` rows are present and whole-numbered.
 """
 
 from __future__ import annotations
@@ -46,11 +51,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from bench._threads import background, cpu_delta, paired_bootstrap, thread_cpu
+from bench._report_cost import report
+from bench._threads import thread_cpu
 
 WARMUP = 3
 SETTINGS = ("none", "track", "assign")
 BATCH_EVENTS = ("on_train_batch_start", "on_train_batch_end")
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 class Timer:
@@ -71,23 +78,45 @@ class Timer:
 
 
 class GcTimer:
-    """Seconds the main thread spends in garbage collections while ``on``."""
+    """Garbage collections while ``on``, on every thread (one holds the GIL, whichever thread runs it):
+    seconds and count on the training thread and on the others."""
 
     def __init__(self) -> None:
-        self.seconds, self.count, self.on, self._t0 = 0.0, 0, False, 0.0
+        self.on, self._t0 = False, 0.0
+        self.reset()
         gc.callbacks.append(self)
 
+    def reset(self) -> None:
+        self.main_s = self.other_s = 0.0
+        self.main_n = self.other_n = self.full_n = 0
+
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
-        if not self.on or threading.current_thread() is not threading.main_thread():
+        if not self.on:
             return
         if phase == "start":
             self._t0 = time.perf_counter()
+            return
+        spent = time.perf_counter() - self._t0
+        self.full_n += info.get("generation") == 2
+        if threading.current_thread() is threading.main_thread():
+            self.main_s, self.main_n = self.main_s + spent, self.main_n + 1
         else:
-            self.seconds += time.perf_counter() - self._t0
-            self.count += 1
+            self.other_s, self.other_n = self.other_s + spent, self.other_n + 1
 
     def close(self) -> None:
         gc.callbacks.remove(self)
+
+
+def machine() -> tuple[float, float, float]:
+    """(busy seconds of all cores, steal seconds, this process' CPU seconds), in ``/proc/stat`` ticks."""
+    try:
+        with open("/proc/stat") as fh:
+            f = [int(x) for x in fh.readline().split()[1:9]]
+        with open("/proc/self/stat") as fh:
+            own = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return 0.0, 0.0, 0.0
+    return (sum(f[:3]) + f[5] + f[6]) / TICK, f[7] / TICK, (int(own[11]) + int(own[12])) / TICK
 
 
 def _time_tracker_callbacks(model: Any, batch: Timer, other: Timer) -> None:
@@ -113,51 +142,87 @@ def _time_main_thread_work(model: Any, stats: Timer | None, bookkeeping: Timer) 
             probe_cls.on_assign = stats.wrap(probe_cls.__dict__["on_assign"])  # type: ignore[method-assign]
             probe_cls.on_cls_loss = stats.wrap(probe_cls.__dict__["on_cls_loss"])  # type: ignore[method-assign]
             ua.log_batch = stats.wrap(ua.__dict__["log_batch"])
-        if _PLAIN_RECORD is not None:  # (a tree from before the bookkeeping was its own method: not timed)
-            ul.ClassificationLoss.record = bookkeeping.wrap(_PLAIN_RECORD)  # type: ignore[method-assign]
+        ul.ClassificationLoss.record = bookkeeping.wrap(_PLAIN_RECORD)  # type: ignore[method-assign]
 
     model.add_callback("on_pretrain_routine_start", setup)
 
 
+class Probe:
+    """The bench's own callbacks on one training: step starts, CPU and losses, readings around the steps."""
+
+    def __init__(self, gc_timer: GcTimer, threads: int | None) -> None:
+        self.starts: list[float] = []
+        self.cpu: list[float] = []
+        self.losses: list[float] = []
+        self.marks: dict[str, Any] = {}
+        self.gc_timer, self.threads = gc_timer, threads
+
+    def pretrain(self, trainer: Any) -> None:
+        import torch
+
+        if self.threads is not None:  # after Ultralytics' select_device, which set its own count
+            torch.set_num_threads(self.threads)
+
+    def batch_start(self, trainer: Any) -> None:
+        self.starts.append(time.perf_counter())
+        self.cpu.append(time.process_time())
+        if len(self.starts) == WARMUP + 1:
+            import torch
+
+            self.marks.update(threads=thread_cpu(), machine=machine(), torch_threads=torch.get_num_threads())
+            self.gc_timer.reset()
+            self.gc_timer.on = True
+
+    def batch_end(self, trainer: Any) -> None:
+        self.losses.append(float(trainer.loss.detach().sum()))
+
+    def epoch_end(self, trainer: Any) -> None:  # before track()'s own epoch end (its flush barrier)
+        self.gc_timer.on = False
+        self.marks.update(threads_after=thread_cpu(), machine_after=machine())
+
+
 def train_once(setting: str, data: Path, args: argparse.Namespace, workdir: Path, tag: str,
                gc_timer: GcTimer) -> dict[str, Any]:
-    """One epoch under ``setting``; returns its step times, thread CPU and the tracker's measured seconds."""
+    """One epoch under ``setting``; returns its step times and CPU, losses, thread CPU and the
+    tracker's measured seconds."""
     from ultralytics import YOLO
 
     from tracker.integrations.ultralytics import track
 
     model = YOLO("yolo11n.yaml")
-    starts: list[float] = []
-    cpu: dict[str, Any] = {}
-
-    def batch_start(trainer: Any) -> None:
-        starts.append(time.perf_counter())
-        if len(starts) == WARMUP + 1:
-            cpu["before"] = thread_cpu()
-            gc_timer.on, gc_timer.seconds, gc_timer.count = True, 0.0, 0
-
-    def epoch_end(trainer: Any) -> None:  # before track()'s own epoch end (its flush barrier)
-        cpu["after"] = thread_cpu()
-        gc_timer.on = False
-
-    model.add_callback("on_train_batch_start", batch_start)
-    model.add_callback("on_train_epoch_end", epoch_end)
+    probe = Probe(gc_timer, args.threads)
+    for event, fn in (("on_pretrain_routine_start", probe.pretrain), ("on_train_batch_start", probe.batch_start),
+                      ("on_train_batch_end", probe.batch_end), ("on_train_epoch_end", probe.epoch_end)):
+        model.add_callback(event, fn)
     callbacks, other, stats, bookkeeping = Timer(), Timer(), Timer(), Timer()
     if setting != "none":
         extra = {} if args.flush_interval is None else {"flush_interval": args.flush_interval}
-        if args.flush_interval is not None and "flush_interval" not in track.__code__.co_varnames:
-            extra = {}  # (a tree from before track() had it: its run flushes at tracker.init's 1 s)
         track(model, project="bench-assign", name=f"{setting}-{tag}", assign_stats=setting == "assign", **extra)
         _time_tracker_callbacks(model, callbacks, other)
         _time_main_thread_work(model, stats if setting == "assign" else None, bookkeeping)
     model.train(data=str(data), epochs=1, imgsz=args.imgsz, batch=args.batch, nbs=args.batch, device=args.device,
                 workers=0, plots=False, val=False, project=str(workdir / "runs"), name=f"{setting}-{tag}",
                 verbose=False, amp=False, seed=0, exist_ok=True)
-    steps = [b - a for a, b in zip(starts, starts[1:])][WARMUP:]
-    threads = cpu_delta(cpu.get("before", {}), cpu.get("after", {}))
-    return {"steps": steps, "callbacks": callbacks.seconds, "other": other.seconds, "stats": stats.seconds,
-            "bookkeeping": bookkeeping.seconds, "threads": threads, "gc": gc_timer.seconds,
-            "total": starts[-1] - starts[WARMUP] if len(starts) > WARMUP + 1 else 0.0}
+    return _result(probe, gc_timer, callbacks, other, stats, bookkeeping)
+
+
+def _result(probe: Probe, gc_timer: GcTimer, callbacks: Timer, other: Timer, stats: Timer,
+            bookkeeping: Timer) -> dict[str, Any]:
+    from bench._threads import cpu_delta
+
+    starts, cpu, marks = probe.starts, probe.cpu, probe.marks
+    m0, m1 = marks.get("machine", (0.0, 0.0, 0.0)), marks.get("machine_after", (0.0, 0.0, 0.0))
+    return {
+        "steps": [b - a for a, b in zip(starts, starts[1:])][WARMUP:],
+        "cpu": [b - a for a, b in zip(cpu, cpu[1:])][WARMUP:],
+        "losses": probe.losses, "torch_threads": marks.get("torch_threads"),
+        "callbacks": callbacks.seconds, "other": other.seconds, "stats": stats.seconds,
+        "bookkeeping": bookkeeping.seconds,
+        "threads": cpu_delta(marks.get("threads", {}), marks.get("threads_after", {})),
+        "gc": (gc_timer.main_s, gc_timer.main_n, gc_timer.other_s, gc_timer.other_n, gc_timer.full_n),
+        "steal": m1[1] - m0[1], "others_cpu": (m1[0] - m0[0]) - (m1[2] - m0[2]),
+        "total": starts[-1] - starts[WARMUP] if len(starts) > WARMUP + 1 else 0.0,
+    }
 
 
 def settle(baseline: set[int], timeout: float = 30.0) -> float:
@@ -179,8 +244,7 @@ def _restore_probes() -> None:
     import tracker.integrations.ultralytics_assign as ua
     import tracker.integrations.ultralytics_loss as ul
 
-    if _PLAIN_RECORD is not None:
-        ul.ClassificationLoss.record = _PLAIN_RECORD  # type: ignore[method-assign]
+    ul.ClassificationLoss.record = _PLAIN_RECORD  # type: ignore[method-assign]
     importlib.reload(ua)
 
 
@@ -217,105 +281,68 @@ def _prepare(args: argparse.Namespace) -> tuple[Path, Path, Path]:
 
     from tracker.integrations import ultralytics_loss as ul
 
-    _PLAIN_RECORD = ul.ClassificationLoss.__dict__.get("record")
-    LOGGER.setLevel(logging.WARNING)  # the model summary and progress bars of 3 x rounds trainings
+    _PLAIN_RECORD = ul.ClassificationLoss.__dict__["record"]
+    LOGGER.setLevel(logging.WARNING)  # the model summary and progress bars of every training
     from tracker.integrations.yolo_synthetic import make_dataset
 
     data = make_dataset(workdir / "data", train=args.images, val=8, imgsz=args.imgsz).yaml
     return workdir, home, data
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The bench's arguments; ``--quick`` is a smoke test (2 blocks of short trainings)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--images", type=int, default=512)
+    parser.add_argument("--blocks", type=int, default=24, help="timed blocks of the three settings (default 24)")
+    parser.add_argument("--images", type=int, default=320, help="training images: steps per training = "
+                        "images / batch (default 320: 40 steps, 37 timed)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--imgsz", type=int, default=64)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads for every setting (default: Ultralytics' own, min(8, CPUs - 1))")
     parser.add_argument("--flush-interval", type=float, default=None,
                         help="track(flush_interval=...) (default: track()'s own, 5 s)")
+    parser.add_argument("--quick", action="store_true", help="smoke test: 2 blocks of 96 images")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.blocks, args.images = 2, 96
+    if args.blocks < 1 or args.images < (WARMUP + 3) * args.batch:
+        parser.error(f"--blocks must be >= 1 and --images >= {(WARMUP + 3) * args.batch} (6 batches)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    t_start, load0 = time.perf_counter(), os.getloadavg()[0]
     workdir, home, data = _prepare(args)
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in SETTINGS}
     baseline = {t.ident for t in threading.enumerate()}
     gc_timer = GcTimer()
     first: dict[str, dict[str, Any]] = {}
-    for setting in SETTINGS:  # the untimed round: one-time imports of the process
+    for setting in SETTINGS:  # the untimed block: one-time imports of the process
         first[setting] = train_once(setting, data, args, workdir, "warmup", gc_timer)
         _restore_probes()
         settle(baseline)
     waited: dict[str, float] = {s: 0.0 for s in SETTINGS}
-    for r in range(args.rounds):
-        order = list(SETTINGS) if r % 2 == 0 else list(reversed(SETTINGS))
+    for b in range(args.blocks):
+        order = list(SETTINGS) if b % 2 == 0 else list(reversed(SETTINGS))
         for setting in order:
-            results[setting].append(train_once(setting, data, args, workdir, f"r{r}", gc_timer))
+            results[setting].append(train_once(setting, data, args, workdir, f"b{b}", gc_timer))
             _restore_probes()
             waited[setting] += settle(baseline)
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{s} {1000 * statistics.median(results[s][-1]['steps']):.1f} ms" for s in order), flush=True)
+        steps = sum(len(results[s][-1]["steps"]) for s in SETTINGS)
+        print(f"block {b + 1}/{args.blocks}: " + ", ".join(
+            f"{s} {1000 * statistics.median(results[s][-1]['steps']):.1f} ms" for s in order)
+            + f"  (steal {1000 * sum(results[s][-1]['steal'] for s in SETTINGS) / steps:.1f} ms/step, other "
+              f"processes {1000 * sum(results[s][-1]['others_cpu'] for s in SETTINGS) / steps:.0f} ms CPU/step)",
+              flush=True)
     gc_timer.close()
-    report(results, args)
-    report_threads(results, first)
+    report(results, first, args, SETTINGS)
     print("  threads left running after a training, waited for: " + ", ".join(
-        f"{s} {waited[s] / args.rounds:.2f} s" for s in SETTINGS))
+        f"{s} {waited[s] / args.blocks:.2f} s" for s in SETTINGS))
     print(read_back(home))
-
-
-def _pooled(runs: list[dict[str, Any]]) -> list[float]:
-    return [x for run in runs for x in run["steps"]]
-
-
-def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
-    """Print the step times, the overheads by each estimator, and the tracker's directly measured share."""
-    print(f"\nYOLO11n, imgsz {args.imgsz}, batch {args.batch}, {args.images} images, device {args.device}, "
-          f"{args.rounds} rounds ABC/CBA after an untimed one, flush interval "
-          f"{args.flush_interval or 'default'} (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
-    med, mean, low = {}, {}, {}
-    for s in SETTINGS:
-        steps = _pooled(results[s])
-        n = sum(len(run["steps"]) for run in results[s])
-        med[s], mean[s] = statistics.median(steps), statistics.fmean(steps)
-        low[s] = min(statistics.median(run["steps"]) for run in results[s])
-        main_cpu = sum(run["threads"].get("main", 0.0) for run in results[s]) / n
-        gc_s = sum(run["gc"] for run in results[s]) / n
-        print(f"  {s:7s} {n:5d} steps  median {1000 * med[s]:7.2f} ms  mean {1000 * mean[s]:7.2f} ms  "
-              f"p90 {1000 * sorted(steps)[int(0.9 * len(steps))]:7.2f} ms  lowest round median "
-              f"{1000 * low[s]:7.2f} ms  main-thread CPU {1000 * main_cpu:6.2f} ms/step  gc {1000 * gc_s:5.2f} ms/step")
-    for a, b, target in (("track", "none", 1.0), ("assign", "track", 3.0)):
-        lo, hi = paired_bootstrap([r["steps"] for r in results[a]], [r["steps"] for r in results[b]])
-        print(f"  {a} vs {b}: median {100 * (med[a] / med[b] - 1):+.2f}% (95% {100 * lo:+.2f}%..{100 * hi:+.2f}%), "
-              f"mean {100 * (mean[a] / mean[b] - 1):+.2f}%, lowest round medians {100 * (low[a] / low[b] - 1):+.2f}% "
-              f"(target <= {target:.0f}%)")
-    for s in ("track", "assign"):
-        total = sum(run["total"] for run in results[s])
-        cb = sum(run["callbacks"] for run in results[s])
-        book = sum(run["bookkeeping"] for run in results[s])
-        other = statistics.fmean(run["other"] for run in results[s])
-        print(f"  measured on the training thread ({s}): per-batch callbacks {100 * cb / total:.3f}%, "
-              f"classification-loss bookkeeping {100 * book / total:.3f}% of the step time; "
-              f"setup, epoch ends and finish: {other:.2f} s per training")
-    total = sum(run["total"] for run in results["assign"])
-    st = sum(run["stats"] for run in results["assign"])
-    print(f"  measured inside the statistics (probes, copy, logging): {100 * st / total:.3f}% of the step time "
-          "(target <= 3%)")
-
-
-def report_threads(results: dict[str, list[dict[str, Any]]], first: dict[str, dict[str, Any]]) -> None:
-    """Print the CPU of the threads that are not the training's, per 100 steps (load-independent)."""
-    for s in ("track", "assign"):
-        n = sum(len(run["steps"]) for run in results[s])
-        wall = sum(run["total"] for run in results[s])
-        names = sorted({k for run in results[s] for k in run["threads"]})
-        per = {k: sum(run["threads"].get(k, 0.0) for run in results[s]) for k in names}
-        bg = background(per)
-        parts = ", ".join(f"{k} {1000 * v * 100 / n:.1f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])
-                          if k != "main" and not k.startswith("native:") and v > 0)
-        print(f"  background threads ({s}): {1000 * bg * 100 / n:.1f} ms CPU per 100 steps, "
-              f"{100 * bg / wall:.2f}% of the wall time ({parts or 'none'})")
-        warm = first[s]
-        warm_bg = background(warm["threads"])
-        print(f"    first training of the process (untimed): {1000 * warm_bg * 100 / max(len(warm['steps']), 1):.1f} "
-              f"ms per 100 steps")
+    print(f"load average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; "
+          f"{time.perf_counter() - t_start:.0f} s in all (python {sys.version.split()[0]})")
 
 
 if __name__ == "__main__":
