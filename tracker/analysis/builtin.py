@@ -64,11 +64,14 @@ precision and recall >= 0.95 per detector):
     exactly 0 for ``epochs=2`` epochs of batches (every image is drawn once an
     epoch) and ``min_rows=20`` rows.
 ``twin_overfitting``
-    the epoch judge's overfitting rule and defaults, judged at each validation
-    point while the run trains (:mod:`tracker.analysis.twins`), but
-    ``min_rise=0.25``: on the fault corpus' tuning seeds 0.1-0.2 also flagged a
-    healthy-labelled run whose validation loss rose 24% and stayed (the labels call
-    a rise of 25% by the end overfitting); 0.3 missed a labelled one.
+    a causal rule judged at each validation point while the run trains
+    (:mod:`tracker.analysis.twins`): ``patience=3`` points since the minimum so far,
+    ``window=3``, ``alpha=0.05`` for a Mann-Kendall rise, the train twin
+    ``train_drop=0.05`` lower (the epoch judge's defaults before it took the label
+    definition's rule) and ``min_rise=0.25``: on the fault corpus' tuning seeds
+    0.1-0.2 also flagged a healthy-labelled run whose validation loss rose 24% and
+    stayed (the labels call a rise of 25% by the end overfitting); 0.3 missed a
+    labelled one.
 ``overfitting``, ``metric_collapse``, ``zero_loss``, ``stopped_early``, ``epoch_divergence``
     the epoch judges over few-point histories (scope ``epochs``, ``tracker analyze``
     only): defaults and reasons in :mod:`tracker.analysis.epoch_specs`.
@@ -81,8 +84,6 @@ precision and recall >= 0.95 per detector):
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from tracker.analysis.classes import StagnantClasses
 from tracker.analysis.collapse import COLLAPSE
@@ -212,14 +213,17 @@ CLASS_ZERO_LOSS = DetectorSpec(
     ),
 )
 
-_OVERFIT = ("min_points", "patience", "window", "min_rise", "alpha", "train_drop")
-_ONLINE_RISE = 0.25
-
 TWIN_OVERFITTING = DetectorSpec(
     name="twin_overfitting", scope="twins", factory=TwinOverfitting, kinds=("overfitting",),
     description="a validation loss rising from its minimum while its train twin falls, as it trains",
-    params=tuple(replace(p, default=_ONLINE_RISE) if p.name == "min_rise" else p
-                 for p in OVERFITTING.params if p.name in _OVERFIT),
+    params=(
+        OVERFITTING.params[0],  # min_points, shared with the epoch judges
+        Param("patience", 3, "points since the validation minimum before judging", 1, None, True),
+        Param("window", 3, "recent points whose median is compared with the minimum", 1, None, True),
+        Param("min_rise", 0.25, "the recent median is at least this fraction above the minimum", 0.0, None),
+        Param("alpha", 0.05, "Mann-Kendall significance of the rise since the minimum", 1e-6, 0.5),
+        Param("train_drop", 0.05, "the train twin fell at least this fraction since the minimum", 0.0, 1.0),
+    ),
 )
 
 _W = "samples of the key (one per sampling interval)"

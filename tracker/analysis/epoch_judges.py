@@ -7,27 +7,8 @@ stood then). Every event's ``data`` holds ``onset`` (the step the fault began),
 Defaults and why are in :mod:`tracker.analysis.builtin`; they were set on the
 tuning part of the real corpus (``tests/data/real_runs``, ``bench/analysis_real.py``).
 
-* ``overfitting``: a validation loss ``V`` whose train twin ``T`` exists. At step
-  ``e``, with ``b`` the step of the minimum of ``V``'s running median of 3 (a
-  one-epoch dip is no minimum; the last point, with no right neighbour yet, cannot
-  be it): at least ``patience`` points since ``b`` and at least ``hold`` times the
-  points it took to reach ``b`` (a minimum reached after 40 epochs must stand 10);
-  the median of ``V``'s last ``window`` points at least ``min_rise`` above ``V(b)``
-  and at least ``give_back`` of ``V``'s range so far (a loss that fell from 0.4 to
-  0.002 and "doubles" to 0.004 has not given anything back); the median of every
-  point since ``b`` (running median of 3) at least ``settled`` above ``V(b)``, as
-  the label definition asks (a late two-epoch blip on a flat stretch is no lasting
-  rise); Mann-Kendall finds ``V`` rising over ``[b, e]`` (p < ``alpha``); ``T`` has
-  fallen at least ``train_drop`` over the same span; and the run's fitness
-  (Ultralytics' 0.9 mAP50-95 + 0.1 mAP50, else its first metric) has not risen more
-  than ``metric_gain`` above its best up to ``b`` (at the default 1, not more than
-  doubled: a minimum reached before the model had learnt half of what it scores
-  since is early-training noise, not a best epoch; a fitness that still climbs
-  30-50% while one YOLOv5 term rises is overfitting by the labels). No verdict
-  when an accuracy's steps say the validation set holds fewer than
-  ``min_val_size`` images (one image more or less wrong swings its loss), and
-  optionally (``after_warmup``) while the learning rate is still warming up. The
-  best epoch is ``b``.
+* ``overfitting``: in :mod:`tracker.analysis.epoch_overfit` (the corpus' label
+  definition on the history as it stands).
 * ``metric_collapse``: a metric at zero (<= ``floor``) for the last ``patience``
   points after having been above it, or at zero for the first ``never_patience``
   points and every one since.
@@ -41,12 +22,15 @@ tuning part of the real corpus (``tests/data/real_runs``, ``bench/analysis_real.
   train loss at 0 with no twin while the other train losses are not is a warning.
 * ``stopped_early``: judged at the last point of a run that is not running. The
   config's planned epochs (``epochs``, ``max_epochs``, ...) against the epochs done,
-  else the learning-rate schedule: after its peak, the median decay per step says
-  how many steps remain until the rate reaches ``lrf`` (config ``lrf``, else the
-  parameter) times its peak; stopped early when at least ``min_remaining`` steps and
-  ``min_fraction`` of the schedule remain. With the config's ``patience``, a stop
-  ``patience`` epochs after the best fitness epoch is early stopping (info), any
-  other is cut short (warning).
+  else the learning-rate schedule, never while it warms up: from the last step of
+  its warm-up (:meth:`~tracker.analysis.epochs.History.warmup_end`) the schedule
+  needs ``decay_points`` points, and the median of their last ``decay_points - 1``
+  steps down says how many steps remain until the rate reaches ``lrf`` (config
+  ``lrf``, else the parameter) times its peak; stopped early when at least
+  ``min_remaining`` steps and ``min_fraction`` of the schedule remain. Its
+  confidence is how constant those steps are. With the config's ``patience``, a
+  stop ``patience`` epochs after the best fitness epoch is early stopping (info),
+  any other is cut short (warning).
 * ``epoch_divergence``: a train loss above ``factor`` times its minimum so far for
   ``patience`` points in a row, having climbed back at least ``min_span`` of the way
   it had fallen before that minimum (a loss near zero that doubles from 0.03 to 0.06
@@ -63,7 +47,6 @@ import numpy as np
 from tracker.analysis.advice import ADVICE
 from tracker.analysis.detectors import StreamContext, clean, fmt
 from tracker.analysis.epochs import ZERO, History, is_val
-from tracker.analysis.trend import mann_kendall
 from tracker.events import Event
 
 Check = Callable[[History], "Event | None"]
@@ -88,95 +71,6 @@ def _event(h: History, kind: str, key: str | None, step: int, severity: str, mes
 
 def _pct(x: float) -> str:
     return f"{x:+.0%}"
-
-
-class Overfitting:
-    """A validation loss rising from its minimum while its train twin does not rise (module doc)."""
-
-    def __init__(self, ctx: StreamContext) -> None:
-        p = ctx.params
-        self.min_points, self.patience, self.window = int(p["min_points"]), int(p["patience"]), int(p["window"])
-        self.min_rise, self.alpha, self.after_warmup = float(p["min_rise"]), float(p["alpha"]), bool(p["after_warmup"])
-        self.train_drop, self.metric_gain = float(p["train_drop"]), float(p["metric_gain"])
-        self.hold, self.give_back = float(p["hold"]), float(p["give_back"])
-        self.min_val_size = float(p["min_val_size"])
-        self.settled = float(p["settled"])
-
-    def judge(self, history: History) -> list[Event]:
-        """The overfitting event, if any."""
-        pairs = [(v, history.counterpart(v)) for v in history.val_losses]
-        pairs = [(v, t) for v, t in pairs if t is not None]
-        if not pairs:
-            return []
-        found = replay(history, self.min_points, lambda h: self._check(h, pairs))
-        for e in found:  # how the story ended, for the reader of the final report
-            s, v = history.finite(str(e.key))
-            end = float(v[-1]) / float(e.data["best"]) - 1.0
-            e.data["end_change"] = end
-            e.message += (f"; at the end ({history.when(int(s[-1]))}) it is {_pct(end)} from that minimum"
-                          if end > 0 else f"; it fell back below that minimum by {history.when(int(s[-1]))}")
-        return found
-
-    def _check(self, h: History, pairs: list[tuple[str, str | None]]) -> Event | None:
-        if self.after_warmup and h.in_warmup():
-            return None
-        size = _val_size(h)
-        if size is not None and size < self.min_val_size:
-            return None
-        for val, train in pairs:
-            if val in h.series and train in h.series:
-                found = self._pair(h, val, str(train))
-                if found is not None:
-                    return found
-        return None
-
-    def _pair(self, h: History, val: str, train: str) -> Event | None:
-        s, v = h.finite(val)
-        if v.size < self.patience + 2:
-            return None
-        sm = _smooth(v)
-        b = int(np.argmin(sm[:-1]))  # the last point has no right neighbour yet: it cannot be the minimum
-        best = float(sm[b])
-        since = v.size - 1 - b
-        if since < max(self.patience, math.ceil(self.hold * (b + 1))) or best <= 0:
-            return None
-        recent = float(np.median(v[-self.window:]))
-        rise = recent / best - 1.0
-        if rise < self.min_rise or recent - best < self.give_back * (float(v.max()) - best):
-            return None
-        if float(np.median(sm[b + 1:])) < (1.0 + self.settled) * best:  # a lasting rise, not a late blip
-            return None
-        _, _, _, p = mann_kendall(v[b:])
-        if not (p < self.alpha and v[-1] > best):
-            return None
-        ts, tv = h.finite(train)
-        span = tv[ts >= s[b]]
-        if span.size < 2 or span[0] <= 0:
-            return None
-        fell = float(np.median(span[-self.window:])) / float(span[0]) - 1.0
-        if fell > -self.train_drop or self._still_improving(h, int(s[b])):
-            return None
-        e, best_step = int(s[-1]), int(s[b])
-        onset = int(s[b + 1])
-        msg = (
-            f"{val} has risen {_pct(rise)} above its minimum {fmt(best)} ({h.when(best_step)}) while {train} "
-            f"moved {_pct(fell)}: overfitting since {h.when(onset)}; the best {h.unit} is {best_step}"
-        )
-        return _event(h, "overfitting", val, e, "warning", msg, onset=onset, best_step=best_step, train_key=train,
-                      rise=rise, train_change=fell, confidence=1.0 - p, best=best)
-
-    def _still_improving(self, h: History, best_step: int) -> bool:
-        """Whether the run's fitness (or first metric) has risen more than ``metric_gain`` since ``best_step``."""
-        fit = _fitness(h)
-        if fit is None:
-            return False
-        s, v = fit
-        before, after = v[s <= best_step], v[s > best_step]
-        if before.size == 0 or after.size == 0:
-            return False
-        top = float(before.max())
-        recent = float(np.median(after[-self.window:]))
-        return recent > top + self.metric_gain * max(abs(top), 1e-9)
 
 
 class MetricCollapse:
@@ -340,6 +234,7 @@ class StoppedEarly:
         p = ctx.params
         self.min_points, self.min_remaining = int(p["min_points"]), float(p["min_remaining"])
         self.min_fraction, self.lrf = float(p["min_fraction"]), float(p["lrf"])
+        self.decay_points = int(p["decay_points"])
 
     def judge(self, history: History) -> list[Event]:
         """The stopped-early event (at the last step), if any."""
@@ -370,29 +265,30 @@ class StoppedEarly:
                       best_step=best, how="cut short", confidence=1.0)
 
     def _from_lr(self, h: History, done: int, last: int) -> list[Event]:
-        lr = h.lr
-        if lr is None or lr[1].size < 3:
+        lr, warm = h.lr, h.warmup_end()
+        if lr is None or warm is None:
             return []
         s, v = lr
-        peak_i = int(np.argmax(v))
-        peak = float(v[peak_i])
-        tail = v[peak_i:][-6:]
-        if peak <= 0 or tail.size < 3:
-            return []
-        slope = -float(np.median(np.diff(tail)))
-        if slope <= peak * 1e-6:
+        post = v[s >= warm]  # the schedule after its warm-up, from the warm-up's last step
+        if post.size < self.decay_points:
+            return []  # still in warm-up, or too little of the schedule to read its step
+        peak = float(v[: int(np.searchsorted(s, warm)) + 1].max())
+        diffs = np.diff(post)[-(self.decay_points - 1):]
+        step = -float(np.median(diffs))
+        if peak <= 0 or step <= peak * 1e-6:
             return []
         lrf = h.config.get("lrf")
         lrf = float(lrf) if isinstance(lrf, (int, float)) and 0 < lrf < 1 else self.lrf
-        remaining = max(0.0, (float(v[-1]) - lrf * peak) / slope)
+        remaining = max(0.0, (float(v[-1]) - lrf * peak) / step)
         planned = done + remaining
         if remaining < self.min_remaining or remaining < self.min_fraction * planned:
             return []
-        spread = float(np.median(np.abs(np.diff(tail) + slope))) / slope
+        spread = float(np.max(np.abs(diffs + step))) / step
         msg = (f"the run stopped at {h.when(last)} with the learning rate still {float(v[-1]) / peak:.0%} of its "
-               f"peak: its schedule had about {remaining:.0f} more {h.unit}s to go (~{planned:.0f} planned)")
+               f"peak, falling {fmt(step)} an {h.unit}: its schedule had about {remaining:.0f} more {h.unit}s to go "
+               f"(~{planned:.0f} planned)")
         return [_event(h, "stopped_early", None, last, "warning", msg, onset=last, planned=round(planned),
-                       done=done, remaining=remaining, how="schedule unfinished",
+                       done=done, remaining=remaining, how="schedule unfinished", warmup_end=warm,
                        confidence=max(0.0, min(1.0, 1.0 - spread)))]
 
 

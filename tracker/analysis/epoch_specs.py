@@ -46,30 +46,32 @@ history (one per epoch for an Ultralytics ``results.csv``).
 from __future__ import annotations
 
 from tracker.analysis.detectors import DetectorSpec
-from tracker.analysis.epoch_judges import EpochDivergence, MetricCollapse, Overfitting, StoppedEarly, ZeroLoss
+from tracker.analysis.epoch_judges import EpochDivergence, MetricCollapse, StoppedEarly, ZeroLoss
+from tracker.analysis.epoch_overfit import Overfitting
 from tracker.analysis.params import Param
 
 _MIN = Param("min_points", 10, "points the history needs before any verdict", 3, None, True)
 
 OVERFITTING = DetectorSpec(
     name="overfitting", scope="epochs", factory=Overfitting,
-    description="a validation loss rising from its minimum while its train twin does not; names the best epoch",
+    description="a validation loss rising from its minimum while its train twin falls; names the best epoch",
     params=(
         _MIN,
-        Param("patience", 3, "points since the validation minimum before judging", 1, None, True),
-        Param("window", 3, "recent points whose median is compared with the minimum", 1, None, True),
-        Param("min_rise", 0.1, "the recent median is at least this fraction above the minimum", 0.0, None),
-        Param("alpha", 0.05, "Mann-Kendall significance of the rise since the minimum", 1e-6, 0.5),
-        Param("after_warmup", 1, "1: judge nothing while the learning rate still rises", 0, 1, True),
-        Param("train_drop", 0.05, "the train twin fell at least this fraction since the minimum", 0.0, 1.0),
-        Param("metric_gain", 1.0, "the fitness rose no more than this fraction above its best up to the minimum",
+        Param("patience", 3, "points after the validation minimum, at least", 1, None, True),
+        Param("window", 3, "last points whose median is the end rise", 1, None, True),
+        Param("min_rise", 0.1, "the end rise: the last points' median at least this fraction above the minimum",
               0.0, None),
-        Param("settled", 0.05, "the median of every point since the minimum is this fraction above it", 0.0, None),
-        Param("hold", 0.25, "the minimum has stood for this fraction of the points it took to reach it", 0.0, None),
-        Param("give_back", 0.03, "the rise is at least this fraction of the loss's range so far (max - minimum)",
+        Param("settled", 0.05, "the lasting rise: the median of every point since the minimum this fraction above it",
+              0.0, None),
+        Param("give_back", 0.05, "the lasting rise is at least this fraction of the loss's range (max - minimum)",
               0.0, 1.0),
-        Param("min_val_size", 30, "no verdict when an accuracy's steps (1/N) say the validation set has fewer images",
-              0.0, None),
+        Param("train_drop", 0.0, "the train twin's median since the minimum this fraction below its value there",
+              0.0, 1.0),
+        Param("metric_gain", 0.0, "0: off; else no verdict when the fitness rose more than this fraction above "
+              "its best up to the minimum", 0.0, None),
+        Param("min_val_size", 0, "0: off; else no verdict when an accuracy's steps (1/N) say the validation set "
+              "has fewer images", 0.0, None),
+        Param("min_confidence", 0.0, "no verdict below this confidence (the rise against its noise)", 0.0, 1.0),
     ),
 )
 
@@ -98,6 +100,8 @@ STOPPED_EARLY = DetectorSpec(
         Param("min_remaining", 3, "steps of the schedule left, at least", 0.0, None),
         Param("min_fraction", 0.1, "and at least this fraction of the schedule", 0.0, 1.0),
         Param("lrf", 0.01, "final learning rate as a fraction of the peak, when the config has no lrf", 0.0, 1.0),
+        Param("decay_points", 4, "points after the lr warm-up the schedule's step is read from (and needs)", 2, None,
+              True),
     ),
 )
 

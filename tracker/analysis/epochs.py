@@ -169,12 +169,34 @@ class History:
         return (steps[ok], med[ok]) if ok.any() else None
 
     def in_warmup(self) -> bool:
-        """Whether the learning rate is still rising at the last step (a warmup that has not ended)."""
+        """Whether the learning rate is still warming up at the last step (:meth:`warmup_end` is the last step)."""
         lr = self.lr
-        if lr is None or lr[1].size < 2:
-            return False
-        v = lr[1]
-        return bool(v[-1] >= v.max() * (1 - 1e-9) and v[-1] > v[0] * (1 + 1e-9))
+        return lr is not None and lr[1].size >= 2 and self.warmup_end() == int(lr[0][-1])
+
+    def warmup_end(self) -> int | None:
+        """The last step of the learning rate's warm-up (None without an lr key).
+
+        A step is in warm-up when the median rate rose to it, or when the rate
+        groups moved against each other (Ultralytics and YOLOv5 warm the bias group
+        down from 0.1 while the others rise; after the warm-up every group follows
+        the schedule at a fixed ratio: YOLO26's two rates of 3:1 stay 3:1). The first
+        step is the warm-up's end when neither happens.
+        """
+        lr = self.lr
+        if lr is None:
+            return None
+        steps, med = lr
+        warm = np.zeros(med.size, bool)
+        warm[1:] = med[1:] > med[:-1] * (1 + 1e-9)
+        for key in (k for k in self.series if is_lr(k)):
+            s, v = self.series[key]
+            i = np.minimum(np.searchsorted(steps, s), steps.size - 1)
+            ok = (steps[i] == s) & np.isfinite(v) & (v > 0) & (med[i] > 0)
+            i, ratio = i[ok], v[ok] / med[i[ok]]
+            moved = np.abs(ratio[1:] / ratio[:-1] - 1.0) > 1e-3
+            warm[i[1:][moved]] = True
+        hit = np.nonzero(warm)[0]
+        return int(steps[hit[-1]]) if hit.size else int(steps[0])
 
     def planned_epochs(self) -> int | None:
         """The epochs the config asked for (Ultralytics/YOLOv5 ``epochs``, Lightning ``max_epochs``, ...)."""

@@ -18,7 +18,13 @@ Rules:
   long the fault had lasted when the analysis said so; 0 for ``stopped_early``,
   which can only be told at the end). For overfitting the best epoch named is
   compared with the label's.
-* Precision and recall are given separately for the held-out and the tuning runs.
+* A run's ``batch`` says when it joined the corpus (manifest key ``batch``; without
+  it 1, or 2 for an entry marked ``added_after_draw``). Precision and recall are
+  given apart for three parts (:data:`PARTS`): ``tuning`` (``holdout = false``),
+  ``holdout`` (held out, of a batch below :data:`FRESH_BATCH`: these have been
+  scored and their misses read, so they are held out but *seen*) and ``fresh``
+  (held out, batch :data:`FRESH_BATCH` or later: runs no verdict has been run on
+  before they are scored; the honest held-out score).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from tracker.analysis.scoring import Score, Window, tally
 from tracker.errors import DataError
 
 KINDS = ("overfitting", "metric_collapse", "zero_loss", "stopped_early", "non_finite", "divergence")
+PARTS = ("tuning", "holdout", "fresh")
+FRESH_BATCH = 4  # batches 1-3 (115 runs) have all been scored; held-out runs of batch 4 on are fresh
 
 
 @dataclass
@@ -55,6 +63,14 @@ class RealRun:
     holdout: bool
     labels: dict[str, Label]
     source: dict[str, Any] = field(default_factory=dict)
+    batch: int = 1
+
+    @property
+    def part(self) -> str:
+        """``tuning``, ``holdout`` (held out, seen) or ``fresh`` (held out, batch ``FRESH_BATCH`` on)."""
+        if not self.holdout:
+            return "tuning"
+        return "fresh" if self.batch >= FRESH_BATCH else "holdout"
 
 
 def load_manifest(folder: Path) -> list[RealRun]:
@@ -77,7 +93,11 @@ def load_manifest(folder: Path) -> list[RealRun]:
         if not (run_folder / "results.csv").exists():
             raise DataError(f"{path}: run {entry['name']!r} has no {run_folder / 'results.csv'}")
         source = {k: entry[k] for k in ("repo", "commit", "path", "licence", "task", "format") if k in entry}
-        runs.append(RealRun(str(entry["name"]), run_folder, bool(entry.get("holdout")), labels, source))
+        batch = entry.get("batch", 2 if entry.get("added_after_draw") else 1)
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise DataError(f"{path}: run {entry['name']!r} has batch = {batch!r}; a batch is a whole number "
+                            "from 1 (leave it out for batch 1)")
+        runs.append(RealRun(str(entry["name"]), run_folder, bool(entry.get("holdout")), labels, source, batch))
     return runs
 
 
@@ -121,10 +141,14 @@ class RealScore(Score):
 
 
 def score(runs: Iterable[RealRun], found: Mapping[str, Mapping[str, Detection]]) -> dict[str, dict[str, RealScore]]:
-    """``{"holdout": {kind: RealScore}, "tuning": {...}}`` by :func:`tracker.analysis.scoring.tally` (module doc)."""
-    out = {part: {k: RealScore(k) for k in KINDS} for part in ("holdout", "tuning")}
+    """``{part: {kind: RealScore}}`` for each of :data:`PARTS`, by :func:`tracker.analysis.scoring.tally`.
+
+    ``tuning``: the runs not held out; ``holdout``: held out and seen (batches before
+    :data:`FRESH_BATCH`); ``fresh``: held out, batch :data:`FRESH_BATCH` or later.
+    """
+    out = {part: {k: RealScore(k) for k in KINDS} for part in PARTS}
     for run in runs:
-        part = out["holdout" if run.holdout else "tuning"]
+        part = out[run.part]
         got = found.get(run.name, {})
         for kind in KINDS:
             label, det = run.labels.get(kind), got.get(kind)

@@ -8,10 +8,11 @@ chunking (offline, ``tracker analyze`` feeds them one key at a time), so a decis
 at a validation point waits until the train twin has reached its step; the events
 are the same either way.
 
-``twin_overfitting`` applies the rule of the epoch judge ``overfitting``
-(:mod:`tracker.analysis.epoch_judges`, with its defaults, imported from
-:mod:`tracker.analysis.epoch_specs`) while the run trains, at each point ``e`` of a
-validation loss ``V``, ``b`` the point of its minimum so far:
+``twin_overfitting`` judges causally while the run trains (defaults in
+:mod:`tracker.analysis.builtin`; the epoch judge ``overfitting`` of
+:mod:`tracker.analysis.epoch_overfit` reads a finished run's whole curve instead),
+at each point ``e`` of a validation loss ``V``, ``b`` the point of its minimum so
+far:
 
 * ``V`` has ``min_points`` points, ``patience`` of them since ``b``; the median of
   its last ``window`` points is ``min_rise`` above ``V(b)``; Mann-Kendall finds it
