@@ -2,10 +2,11 @@
 
 Each judge reads a :class:`~tracker.analysis.epochs.History` and returns at most one
 event, at the first step where its evidence sufficed (decided on the history as it
-stood then). Every event's ``data`` holds ``onset`` (the step the fault began),
-``confidence`` (0-1), ``advice`` (one line: what to do) and the keys it is about.
-Defaults and why are in :mod:`tracker.analysis.builtin`; they were set on the
-tuning part of the real corpus (``tests/data/real_runs``, ``bench/analysis_real.py``).
+stood then; ``overfitting`` decides on the history as it stands, the whole of a
+finished run, and reports the first step at which the history then met its rule
+with the same minimum). Every event's ``data`` holds ``onset`` (the step the fault
+began), ``confidence`` (0-1), ``advice`` (one line: what to do) and the keys it is
+about. Defaults and why are in :mod:`tracker.analysis.epoch_specs`.
 
 * ``overfitting``: in :mod:`tracker.analysis.epoch_overfit` (the corpus' label
   definition on the history as it stands).

@@ -20,8 +20,9 @@ scope ``epochs``) read these instead. Rules:
 * Judges decide causally: :meth:`History.upto` is the history as it stood at a
   step, and a judge reports the first step at which the evidence was enough (so the
   lead time from a finding's onset to its event is what a user watching the run
-  would have had). A history shorter than a judge's ``min_points`` steps gets no
-  verdict from it.
+  would have had; ``overfitting`` decides on the whole history and reports the
+  first step at which it was already clear). A history shorter than a judge's
+  ``min_points`` steps gets no verdict from it.
 * Steps are called epochs in messages when the run is an import (its steps are the
   file's epochs); else steps (``unit``).
 """
