@@ -120,6 +120,17 @@ def statistics(z: np.ndarray | list[np.ndarray], gamma: float = 1.0) -> dict[str
     return sums.result(gamma, blocks)
 
 
+def _newest(blocks: list[np.ndarray], rows: int) -> list[np.ndarray]:
+    """The blocks that hold the newest ``rows`` rows of ``blocks`` (the first one cut)."""
+    out: list[np.ndarray] = []
+    for block in reversed(blocks):
+        if rows <= 0:
+            break
+        out.append(block[-rows:] if block.shape[0] > rows else block)
+        rows -= block.shape[0]
+    return out[::-1]
+
+
 @dataclass
 class Window:
     """The last ``window`` rows of one embedding key in a ring, with their sums kept up to date."""
@@ -156,27 +167,29 @@ class Window:
             return [self.rows[start:end]]
         return [self.rows[start:], self.rows[: end - self.window]]
 
-    def add(self, z: np.ndarray) -> None:
-        """Put the rows of ``z`` into the ring (the newest ``window`` of them at most)."""
-        good = np.isfinite(z).all(axis=1)
-        if not good.all():
-            self.non_finite += int((~good).sum())
-            z = z[good]
-        z = np.asarray(z[-self.window :], dtype=np.float32)
-        n = z.shape[0]
+    def add(self, z: np.ndarray | list[np.ndarray]) -> None:
+        """Put the rows of ``z`` (an array, or a list of row blocks in order) into the ring (the
+        newest ``window`` of them at most). Rows it pushes out leave the sums; when all of the
+        window's rows go, the sums start afresh instead (half the work)."""
+        blocks = []
+        for block in [z] if isinstance(z, np.ndarray) else z:
+            good = np.isfinite(block).all(axis=1)
+            if not good.all():
+                self.non_finite += int((~good).sum())
+                block = block[good]
+            blocks.append(np.asarray(block, dtype=np.float32))
+        blocks = _newest(blocks, self.window)
+        n = sum(block.shape[0] for block in blocks)
         evicted = max(0, self.filled + n - self.window)
-        if evicted:
+        if evicted and evicted >= self.filled:
+            self.sums = Sums(self.dim, gram=self.window >= self.dim)
+            self.filled = 0
+        elif evicted:
             self.sums.update(self._oldest(evicted), -1.0)
             self.filled -= evicted
-        end = self.head + n
-        if end <= self.window:
-            self.rows[self.head : end] = z
-        else:
-            cut = self.window - self.head
-            self.rows[self.head :] = z[:cut]
-            self.rows[: n - cut] = z[cut:]
-        self.sums.update([z])
-        self.head = end % self.window
+        for block in blocks:
+            self._write(block)
+        self.sums.update(blocks)
         self.filled += n
         self.since += n
         self.added += n
@@ -185,10 +198,25 @@ class Window:
             self.sums = Sums(self.dim, gram=self.window >= self.dim)
             self.sums.update(self.blocks())
 
+    def _write(self, z: np.ndarray) -> None:
+        """Copy the rows of ``z`` (at most a window) into the ring at ``head``."""
+        n = z.shape[0]
+        end = self.head + n
+        if end <= self.window:
+            self.rows[self.head : end] = z
+        else:
+            cut = self.window - self.head
+            self.rows[self.head :] = z[:cut]
+            self.rows[: n - cut] = z[cut:]
+        self.head = end % self.window
+
     def skip(self, rows: int) -> None:
         """Forget the oldest samples that ``rows`` newer ones, dropped unread, would have pushed out."""
         keep = max(0, min(self.filled, self.window - rows))
-        if keep < self.filled:
+        if keep == 0 and self.filled:
+            self.sums = Sums(self.dim, gram=self.window >= self.dim)
+            self.filled = 0
+        elif keep < self.filled:
             self.sums.update(self._oldest(self.filled - keep), -1.0)
             self.filled = keep
         self.dropped += rows

@@ -59,11 +59,11 @@ import os
 import sys
 import threading
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from tracker.embedding_window import Window, rankme, statistics  # noqa: F401  (rankme, statistics: public here)
+from tracker.embedding_window import CHUNK_ROWS, Window, rankme, statistics  # noqa: F401  (rankme, statistics: public here)
 from tracker.errors import ConfigError, RunError
 
 log = logging.getLogger(__name__)
@@ -75,23 +75,25 @@ STATISTICS = ("rankme", "std", "dead_dims")
 WORKER_NICE = 10  # the worker thread's niceness on Linux: the training thread comes first
 POLL_S = 0.02  # the worker looks for new copies this often while they come (no wake-up per call)
 IDLE_POLL_S = 0.32  # ... and backs off to this while none come
+MAX_STEP = 2**63 - 1  # the largest step a run stores (tracker.run.MAX_STEP)
 
 
 class Slot:
     """One key's hand-off on the training thread's side, checked once per key and shape.
 
     ``kind``, ``shape``, ``dtype`` and ``cuda`` describe the input the fast path takes
-    as is (a call with anything else goes through :meth:`EmbeddingMonitor._prepare`,
-    which validates it and makes it the current input); ``free`` holds recycled host
-    buffers of that input (numpy arrays, or CPU tensors, pinned when ``z`` is on a CUDA
-    device: the fastest device-to-host copy). The training thread appends copies to
-    ``queue`` (a deque: no lock) and counts their rows in ``submitted``; the worker
-    counts in ``taken`` the rows it took (or the training thread dropped), under the
-    monitor's lock.
+    as is (:func:`fast_path`, bound per key and input; a call with anything else goes
+    through :meth:`EmbeddingMonitor._prepare`, which validates it and makes it the
+    current input); ``free`` holds recycled host buffers of that input (numpy arrays,
+    or CPU tensors, pinned when ``z`` is on a CUDA device: the fastest device-to-host
+    copy). The training thread appends copies to ``queue`` (a deque: no lock), counts
+    their rows in ``submitted`` and the rows it drops in ``dropped``; the worker counts
+    the rows it took in ``taken`` and those it is done with in ``done``. Each counter
+    has one writer, so neither thread ever waits for the other.
     """
 
     __slots__ = ("state", "kind", "shape", "dtype", "cuda", "rows", "free", "pools", "queue", "submitted",
-                 "taken", "bound", "is_torch", "new")
+                 "dropped", "skipped", "taken", "done", "bound", "is_torch", "new")
 
     def __init__(self, state: Window) -> None:
         self.state = state
@@ -105,9 +107,13 @@ class Slot:
         self.new: Any = None  # () -> a fresh buffer of the current input
         self.pools: dict[tuple[Any, ...], deque[Any]] = {}
         self.queue: deque[tuple[int, Any, int, deque[Any]]] = deque()
-        self.submitted = 0
-        self.taken = 0
+        self.submitted = self.dropped = 0  # rows (training thread)
+        self.skipped = self.taken = self.done = 0  # rows (worker): dropped ones it forgot, taken, processed
         self.bound = state.window + state.window // 2  # queued rows past which the oldest are dropped
+
+    def queued(self) -> int:
+        """Rows in the queue (exact when read by either thread between its own updates)."""
+        return self.submitted - self.dropped - self.taken
 
     def use(self, z: Any, torch: Any) -> None:
         """Make ``z``'s kind, shape, dtype and device the current input."""
@@ -128,11 +134,62 @@ class Slot:
             self.pools[pool] = deque(maxlen=(self.bound + self.state.window) // max(1, self.rows) + 3)
         self.free = self.pools[pool]
 
+    def trim(self) -> None:
+        """Drop the oldest queued batches beyond the newest window of rows (they would leave the
+        window unread; the worker's window forgets as many of its own). The training thread's,
+        once the queue holds more than 1.5 windows: no lock (a batch the worker pops meanwhile
+        is its own; each is popped once)."""
+        queue, keep = self.queue, self.state.window
+        try:
+            while len(queue) > 1 and self.queued() - queue[0][2] >= keep:
+                _, old, rows, free = queue.popleft()
+                free.append(old)
+                self.dropped += rows
+        except IndexError:  # the worker emptied the queue meanwhile
+            pass
 
-def _give(free: deque[Any], buf: Any) -> None:
-    """Return a buffer whose rows the worker no longer needs to its pool (a bounded deque: past
-    what the queue can hold, the oldest free buffer is let go)."""
-    free.append(buf)
+
+def fast_path(monitor: EmbeddingMonitor, slot: Slot) -> Callable[[Any, Any], bool]:
+    """The call of a key's current input, bound once per key and input: ``fast(z, step)`` copies
+    ``z`` into a recycled buffer and queues it, True; or, for anything it does not take as is
+    (another kind, shape, dtype or device, a step that is not a plain int in range, a closed
+    monitor), does nothing and returns False (the full path checks the call)."""
+    run, kind, shape, dtype, cuda, rows = monitor.run, slot.kind, slot.shape, slot.dtype, slot.cuda, slot.rows
+    free, queue, new, bound, start = slot.free, slot.queue, slot.new, slot.bound, run.start_step
+    pop, append = free.pop, queue.append
+
+    def fast_numpy(z: Any, step: Any) -> bool:
+        if type(z) is not kind or z.shape != shape or (z.dtype is not dtype and z.dtype != dtype) or monitor._closed:
+            return False
+        if step is None:
+            step = run._last_step or start
+        elif type(step) is not int or not start <= step <= MAX_STEP:
+            return False
+        buf = pop() if free else new()
+        np.copyto(buf, z)
+        append((step, buf, rows, free))
+        slot.submitted += rows
+        if slot.submitted - slot.dropped - slot.taken > bound:
+            slot.trim()
+        return True
+
+    def fast_torch(z: Any, step: Any) -> bool:
+        if type(z) is not kind or z.dtype is not dtype or z.shape != shape or z.is_cuda is not cuda \
+                or monitor._closed:
+            return False
+        if step is None:
+            step = run._last_step or start
+        elif type(step) is not int or not start <= step <= MAX_STEP:
+            return False
+        buf = pop() if free else new()
+        buf.copy_(z.detach() if z.requires_grad else z)
+        append((step, buf, rows, free))
+        slot.submitted += rows
+        if slot.submitted - slot.dropped - slot.taken > bound:
+            slot.trim()
+        return True
+
+    return fast_torch if slot.is_torch else fast_numpy
 
 
 def _as_matrix(z: Any) -> np.ndarray:
@@ -161,47 +218,32 @@ class EmbeddingMonitor:
         self.run = run
         self.keys: dict[str, Window] = {}
         self._slots: dict[str, Slot] = {}
-        self._skipped: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self.fast: dict[str, Callable[[Any, Any], bool]] = {}  # key -> its bound fast path (run.log_embeddings)
+        self._lock = threading.Lock()  # never taken by the training thread's fast path
         self._wake = threading.Event()  # set by wait() and close(), never by a call: the worker polls
         self._done = threading.Condition(self._lock)
-        self._submitted = 0  # batches queued (training thread)
-        self._handled = 0  # batches processed or dropped
+        self._waiting = 0  # wait() calls in progress: the worker takes whatever is queued, due or not
         self._closed = False
         self._abandoned = False
         self._emit = threading.Lock()  # a worker's statistics and events reach the run together
         self._recorded: set[str] = set()  # keys whose settings went into run.json
         self._thread: threading.Thread | None = None
         self.evaluations = 0
-        self.dropped_rows = 0
+
+    @property
+    def dropped_rows(self) -> int:
+        """Samples dropped unread because the worker fell behind (all keys)."""
+        return sum(slot.dropped for slot in list(self._slots.values()))
 
     # -- the training thread -------------------------------------------------------
     def submit(self, key: str, z: Any, step: int, window: Any = None, gamma: Any = None, every: Any = None) -> None:
         """Copy ``z`` to host memory and queue it (the only work done on the caller's thread).
 
-        The fast path, for a key's current input (same kind, shape, dtype and device as the
-        call before, no options): one copy into a recycled buffer and a deque append."""
-        slot = self._slots.get(key)
-        if (slot is None or type(z) is not slot.kind or z.shape != slot.shape or z.dtype is not slot.dtype
-                or window is not None or gamma is not None or every is not None):
-            slot, z = self._prepare(key, z, window, gamma, every)
-        elif slot.is_torch and z.is_cuda is not slot.cuda:
-            slot, z = self._prepare(key, z, window, gamma, every)
-        if self._closed:
-            return
-        try:
-            buf = slot.free.pop()
-        except IndexError:
-            buf = slot.new()
-        if slot.is_torch:
-            buf.copy_(z.detach() if z.requires_grad else z)
-        else:
-            np.copyto(buf, z)
-        slot.queue.append((step, buf, slot.rows, slot.free))
-        slot.submitted += slot.rows
-        self._submitted += 1
-        if slot.submitted - slot.taken > slot.bound:
-            self._trim(key, slot)
+        ``run.log_embeddings`` calls the key's :func:`fast_path` first; this is the full path: it
+        checks the call, makes ``z`` the key's current input (binding a new fast path) and queues it."""
+        slot, z = self._prepare(key, z, window, gamma, every)
+        if not self._closed:
+            self.fast[key](z, step)
 
     def _prepare(self, key: str, z: Any, window: Any, gamma: Any, every: Any) -> tuple[Slot, Any]:
         """Check a call the fast path does not take (first of a key, new shape, dtype or device,
@@ -229,29 +271,12 @@ class EmbeddingMonitor:
                     raise ConfigError(f"run.log_embeddings: {name}={value!r} for {key!r}, whose settings its first "
                                       f"call fixed: {slot.state.settings()}")
         slot.use(z, torch)
+        self.fast[key] = fast_path(self, slot)
         if self._thread is None and not self._closed:
             self._thread = threading.Thread(target=self._loop, name=f"tracker-embeddings-{self.run.run_id}",
                                             daemon=True)
             self._thread.start()
         return slot, z
-
-    def _trim(self, key: str, slot: Slot) -> None:
-        """Drop the oldest queued batches of a worker that fell behind by more than 1.5 windows,
-        down to one window; the training thread does this at most once every half window of rows."""
-        with self._lock:
-            self._drop_oldest(key, slot)
-
-    def _drop_oldest(self, key: str, slot: Slot) -> None:
-        """Drop the oldest queued batches beyond the newest window of rows (they would leave the
-        window unread; the worker's window forgets as many of its own). Under the lock."""
-        queue, keep = slot.queue, slot.state.window
-        while len(queue) > 1 and slot.submitted - slot.taken - queue[0][2] >= keep:
-            _, old, dropped, free = queue.popleft()
-            _give(free, old)
-            slot.taken += dropped
-            self._handled += 1
-            self._skipped[key] = self._skipped.get(key, 0) + dropped
-            self.dropped_rows += dropped
 
     def _declare(self, key: str, dim: int, window: Any, gamma: Any, every: Any) -> Slot:
         w = _option(window, DEFAULT_WINDOW, "window", 2, int)
@@ -267,20 +292,32 @@ class EmbeddingMonitor:
         return slot
 
     # -- the worker ---------------------------------------------------------------------
-    def _take(self) -> list[tuple[Window, list[tuple[int, Any, int, deque[Any]]]]]:
-        with self._lock:
-            out = []
-            for key, slot in self._slots.items():
-                self._drop_oldest(key, slot)  # the worker holds at most a window (+ a batch) of copies
-                skipped = self._skipped.pop(key, 0)
-                if skipped:
-                    slot.state.skip(skipped)
-                queue = slot.queue
-                items = [queue.popleft() for _ in range(len(queue))]  # appends may go on at the right
-                if items:
-                    slot.taken += sum(item[2] for item in items)
-                    out.append((slot.state, items))
-            return out
+    def _take(self, everything: bool) -> list[tuple[Slot, list[tuple[int, Any, int, deque[Any]]]]]:
+        """Per key, the queued batches (a window of rows at most) once they hold the rows of its
+        next evaluation, or whatever is queued when ``everything`` (wait(), close()); none of a
+        key whose next evaluation is not due yet, so the worker holds the GIL only to evaluate."""
+        out = []
+        for slot in list(self._slots.values()):
+            state, queue = slot.state, slot.queue
+            if slot.dropped > slot.skipped:
+                dropped, slot.skipped = slot.dropped - slot.skipped, slot.dropped
+                state.skip(dropped)
+                slot.done += dropped
+            need = max(state.every - state.since, state.min_samples - state.filled, 1)
+            if not queue or (not everything and slot.queued() < need):
+                continue
+            items, rows, limit = [], 0, math.inf if self._closed else state.window
+            try:
+                while rows < limit:  # appends may go on at the right, drops at the left
+                    item = queue.popleft()
+                    items.append(item)
+                    rows += item[2]
+            except IndexError:
+                pass
+            slot.taken += rows
+            if items:
+                out.append((slot, items))
+        return out
 
     def _loop(self) -> None:
         _lower_priority()
@@ -290,12 +327,17 @@ class EmbeddingMonitor:
             self._wake.clear()
             if self._closed:  # close() takes what is left, on its own thread (this one runs at nice +10)
                 return
-            pause = POLL_S if self._work() else min(IDLE_POLL_S, pause * 2)
+            if self._work(self._waiting > 0):
+                pause = POLL_S
+            elif not any(slot.queue for slot in list(self._slots.values())):
+                pause = min(IDLE_POLL_S, pause * 2)
 
-    def _work(self) -> bool:
-        """Process every queued batch (the worker's loop, or close() at the end); False when none was."""
-        taken = self._take()
-        for state, items in taken:
+    def _work(self, everything: bool = True) -> bool:
+        """Process the batches :meth:`_take` gives (the worker's loop, or close() at the end);
+        False when there were none."""
+        taken = self._take(everything)
+        for slot, items in taken:
+            state = slot.state
             try:
                 if state.key not in self._recorded:
                     self._recorded.add(state.key)
@@ -304,41 +346,45 @@ class EmbeddingMonitor:
                     self._process(state, items)
             except Exception:  # the worker must survive anything
                 log.exception("tracker: embedding statistics of %s in run %s failed", state.key, self.run.run_id)
+            slot.done += sum(item[2] for item in items)
             with self._lock:
-                self._handled += len(items)
+                self._done.notify_all()
+        if not taken and everything:
+            with self._lock:
                 self._done.notify_all()
         return bool(taken)
 
     def _process(self, state: Window, items: list[tuple[int, Any, int, deque[Any]]]) -> None:
-        """Add ``items`` to the window, evaluating where ``every`` falls; the batches between two
-        evaluations go in as one block (fewer, larger numpy calls: less time holding the GIL)."""
-        later = sum(item[2] for item in items)
-        block: list[np.ndarray] = []
-        block_rows = 0
-        held: list[tuple[deque[Any], Any]] = []
-        for i, (step, copy, rows, free) in enumerate(items):
-            later -= rows
-            if self._abandoned:
-                return
-            held.append((free, copy))
-            if self._closed and later >= max(state.every, state.min_samples):  # finishing: only the newest go in
-                state.skip(rows)
-                continue
-            block.append(_as_matrix(copy))
-            block_rows += rows
-            last = i == len(items) - 1
-            filled = min(state.window, state.filled + block_rows)
-            if not last and (filled < state.min_samples or state.since + block_rows < state.every):
-                continue
-            state.add(block[0] if len(block) == 1 else np.concatenate(block))
-            block, block_rows = [], 0
-            for free_, buf in held:  # their rows are in the window now
-                _give(free_, buf)
-            held = []
-            if not state.due() or (self._closed and not last):
-                continue
-            if not self._evaluate(state, step):
-                return
+        """Add ``items`` to the window in a few large numpy calls (small batches concatenated into
+        blocks of about CHUNK_ROWS rows: the worker holds the GIL only between them), then
+        evaluate once, at the newest batch's step, if ``every`` samples came since the last
+        evaluation: at most one evaluation per take, so a worker behind evaluates as often as it
+        can, never more than every ``every`` samples."""
+        if self._abandoned:
+            return
+        if self._closed:  # finishing: only the newest go in
+            keep, rows = max(state.every, state.min_samples), 0
+            for i in range(len(items) - 1, -1, -1):
+                rows += items[i][2]
+                if rows >= keep:
+                    break
+            state.skip(sum(item[2] for item in items[:i]))
+            for _, buf, _, free in items[:i]:
+                free.append(buf)
+            items = items[i:]
+        blocks, small = [], []
+        for _, copy, rows, _ in items:
+            small.append(_as_matrix(copy))
+            if sum(m.shape[0] for m in small) >= CHUNK_ROWS:
+                blocks.append(small[0] if len(small) == 1 else np.concatenate(small))
+                small = []
+        if small:
+            blocks.append(small[0] if len(small) == 1 else np.concatenate(small))
+        state.add(blocks)
+        for _, buf, _, free in items:  # their rows are in the window now
+            free.append(buf)
+        if state.due():
+            self._evaluate(state, items[-1][0])
 
     def _evaluate(self, state: Window, step: int) -> bool:
         """Evaluate the window and log the statistics at ``step``; False once the run is finished.
@@ -377,10 +423,16 @@ class EmbeddingMonitor:
 
     def wait(self, timeout: float) -> bool:
         """Wait until every batch queued so far is processed; False past ``timeout`` seconds."""
-        self._wake.set()
+        targets = [(slot, slot.submitted) for slot in list(self._slots.values())]
         with self._lock:
-            target = self._submitted
-            return self._done.wait_for(lambda: self._handled >= target, timeout)
+            self._waiting += 1
+        try:
+            self._wake.set()
+            with self._lock:
+                return self._done.wait_for(lambda: all(s.done >= t for s, t in targets), timeout)
+        finally:
+            with self._lock:
+                self._waiting -= 1
 
     def close(self, timeout: float) -> None:
         """Stop the worker (it finishes the batch it is on, at most ``timeout`` seconds), then, on
@@ -399,6 +451,8 @@ class EmbeddingMonitor:
                 log.warning("tracker: run %s: the embedding statistics did not finish within %g s; the last "
                             "ones are left out", self.run.run_id, timeout)
                 return
+        for slot in list(self._slots.values()):
+            slot.trim()  # a window of the newest rows at most, all of it taken at once
         self._work()
 
 

@@ -304,7 +304,16 @@ class Run:
     ) -> None:
         """Queue embeddings ``z`` (N, D) of ``key`` at ``step`` (default: the last step) for the
         collapse statistics ``key/rankme``, ``key/std`` and ``key/dead_dims``, computed off this
-        thread on a rolling window of ``window`` samples (see :mod:`tracker.embeddings`)."""
+        thread on a rolling window of ``window`` samples (see :mod:`tracker.embeddings`).
+
+        A key's calls after its first, with the same kind, shape, dtype and device of ``z``, no
+        options and a plain int step (or none), take its bound fast path: one copy into a
+        recycled buffer and a queue append."""
+        embeddings = self.__dict__.get("_embeddings")
+        if embeddings is not None and type(key) is str and window is None and gamma is None and every is None:
+            fast = embeddings.fast.get(key)
+            if fast is not None and fast(z, step):
+                return
         if self._finished:
             raise RunError(f"run {self.run_id!r} is finished; start or resume a run to log more")
         if not isinstance(key, str) or not key:

@@ -204,6 +204,7 @@ def test_a_warm_call_reuses_a_buffer_and_other_shapes_and_dtypes_still_go_in() -
     step, buf, rows, _ = slot.queue[-1]
     assert id(buf) in free and not buf.requires_grad and rows == 16  # a warm call allocates nothing
     assert torch.equal(buf, layer(x).detach())
+    assert wait(run)  # its own evaluation (a worker that finds more due batches at once evaluates the newest)
     run.log_embeddings("z", layer(x[:3]).double(), step=5)  # a smaller last batch, another dtype
     run.log_embeddings("z", x @ torch.ones(4, 8), step=6)
     assert wait(run)
