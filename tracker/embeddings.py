@@ -4,16 +4,15 @@ Rules:
 
 * The training thread only copies ``z`` to host memory and queues it: the shape,
   dtype and options of a key are checked once (again when the input's kind, shape,
-  dtype or device changes), then a call is one copy into a recycled buffer of that
-  shape (pinned for a CUDA tensor) and a deque append, with no lock and no wake-up:
-  the worker looks for new copies every 20 ms while they come (:data:`POLL_S`).
-  :mod:`bench.embeddings` measures the cost against a plain copy. Everything else
+  dtype or device changes), which binds the key's fast path
+  (:func:`tracker.embedding_slot.fast_path`); then a call is one copy into a
+  recycled buffer of that shape (pinned for a CUDA tensor) and a deque append, with
+  no lock and no wake-up, and it never waits for the worker. :mod:`bench.embeddings`
+  measures the cost against the copy alone, inside a training loop. Everything else
   happens on one worker thread per run.
 * Per key, the worker keeps a rolling window of the last ``window`` samples
-  (default 25,600, RankMe's estimate; ``window * D * 4`` bytes) and, once it
-  holds ``min(window, max(2 * D, 256))`` samples, evaluates at most every
-  ``every`` new samples (default ``window // 25``), at the step of the newest
-  sample, and logs:
+  (default 25,600, RankMe's estimate; ``window * D * 4`` bytes) and logs, at the
+  step of the newest sample in it:
 
   ``key/rankme``
       RankMe (Garrido et al., ICML 2023): ``exp(-sum_k p_k log p_k)`` with
@@ -27,17 +26,29 @@ Rules:
       the share of dimensions whose std (of the raw embeddings) is below
       ``gamma`` (default 1.0, VICReg's variance target).
 
-  Batches are taken in order; evaluations fall where ``every`` says, whatever the
-  worker's pace. A worker that falls behind by more than 1.5 windows has its
+* The cadence. The worker looks at the queues every 20 ms while copies come
+  (:data:`POLL_S`; 0.32 s once they stop) and leaves a key's copies queued until they
+  hold the samples of its next evaluation: ``every`` new samples (default
+  ``window // 25`` = 1,024; the first once the window holds
+  ``min(window, max(2 * D, 256))``). Then it takes them (a window at most), puts
+  them into the window in a few large numpy calls (batches concatenated into blocks
+  of about 4,096 rows; numpy releases the GIL inside each) and evaluates once, at
+  the newest batch's step: at most one evaluation per look and per ``every``
+  samples, so a fast loop or a worker that fell behind gets fewer evaluations,
+  each on the window that ends at the step it is logged at. A look that finds
+  nothing due holds the GIL for a few microseconds. ``wait(run)`` makes the worker take
+  whatever is queued (tests, benchmarks: the evaluations then fall each ``every``
+  samples whatever the pace).
+* Bounded memory: a worker that falls behind by more than 1.5 windows has its
   oldest queued samples dropped (they would leave the window unread) down to one
-  window, by the training thread at most once every half window of rows, and the
-  worker takes at most a window at a time, so the copies queued and held stay
-  within 2.5 windows per key (plus a batch), the window itself beside them. Rows with NaN or inf
-  are left out (counted). The worker holds the window's sums up to date as rows
-  come and go (:mod:`tracker.embedding_window`), runs numpy's BLAS on a quarter of
-  the cores (one on 4 or fewer) and on Linux at nice +10, so where cores are short the training thread gets them
-  first. ``wait(run)`` waits for it (tests, benchmarks: a loop that does nothing
-  but log outruns any worker).
+  window, by the training thread (no lock: each batch is popped once, by one of the
+  two), and the worker takes at most a window at a time, so the copies queued and
+  held stay within 2.5 windows per key (plus a batch), the window itself beside
+  them; the buffers go back to a bounded pool. Rows with NaN or inf are left out
+  (counted). The worker holds the window's sums up to date as rows come and go
+  (:mod:`tracker.embedding_window`), runs numpy's BLAS on a quarter of the cores
+  (one on 4 or fewer) and on Linux at nice +10, so where cores are short the
+  training thread gets them first.
 * The keys' settings (``dim``, ``window``, ``gamma``, ``every``) are recorded in
   the run's config under ``tracker_embeddings`` (the web UI and the offline
   analysis read ``dim`` from there).
@@ -63,6 +74,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tracker.embedding_slot import Slot, fast_path
 from tracker.embedding_window import CHUNK_ROWS, Window, rankme, statistics  # noqa: F401  (rankme, statistics: public here)
 from tracker.errors import ConfigError, RunError
 
@@ -75,121 +87,6 @@ STATISTICS = ("rankme", "std", "dead_dims")
 WORKER_NICE = 10  # the worker thread's niceness on Linux: the training thread comes first
 POLL_S = 0.02  # the worker looks for new copies this often while they come (no wake-up per call)
 IDLE_POLL_S = 0.32  # ... and backs off to this while none come
-MAX_STEP = 2**63 - 1  # the largest step a run stores (tracker.run.MAX_STEP)
-
-
-class Slot:
-    """One key's hand-off on the training thread's side, checked once per key and shape.
-
-    ``kind``, ``shape``, ``dtype`` and ``cuda`` describe the input the fast path takes
-    as is (:func:`fast_path`, bound per key and input; a call with anything else goes
-    through :meth:`EmbeddingMonitor._prepare`, which validates it and makes it the
-    current input); ``free`` holds recycled host buffers of that input (numpy arrays,
-    or CPU tensors, pinned when ``z`` is on a CUDA device: the fastest device-to-host
-    copy). The training thread appends copies to ``queue`` (a deque: no lock), counts
-    their rows in ``submitted`` and the rows it drops in ``dropped``; the worker counts
-    the rows it took in ``taken`` and those it is done with in ``done``. Each counter
-    has one writer, so neither thread ever waits for the other.
-    """
-
-    __slots__ = ("state", "kind", "shape", "dtype", "cuda", "rows", "free", "pools", "queue", "submitted",
-                 "dropped", "skipped", "taken", "done", "bound", "is_torch", "new")
-
-    def __init__(self, state: Window) -> None:
-        self.state = state
-        self.kind: type | None = None
-        self.shape: tuple[int, ...] = ()
-        self.dtype: Any = None
-        self.cuda = False
-        self.is_torch = False
-        self.rows = 0
-        self.free: deque[Any] = deque()
-        self.new: Any = None  # () -> a fresh buffer of the current input
-        self.pools: dict[tuple[Any, ...], deque[Any]] = {}
-        self.queue: deque[tuple[int, Any, int, deque[Any]]] = deque()
-        self.submitted = self.dropped = 0  # rows (training thread)
-        self.skipped = self.taken = self.done = 0  # rows (worker): dropped ones it forgot, taken, processed
-        self.bound = state.window + state.window // 2  # queued rows past which the oldest are dropped
-
-    def queued(self) -> int:
-        """Rows in the queue (exact when read by either thread between its own updates)."""
-        return self.submitted - self.dropped - self.taken
-
-    def use(self, z: Any, torch: Any) -> None:
-        """Make ``z``'s kind, shape, dtype and device the current input."""
-        self.kind, self.shape, self.dtype = type(z), tuple(z.shape), z.dtype
-        self.rows = math.prod(self.shape[:-1])
-        self.is_torch = torch is not None and isinstance(z, torch.Tensor)
-        if self.is_torch:
-            self.cuda = bool(z.is_cuda)
-            shape, dtype, pin = self.shape, self.dtype, self.cuda
-            self.new = lambda: torch.empty(shape, dtype=dtype, pin_memory=pin)
-            pool = ("torch", shape, str(dtype), pin)
-        else:
-            shape, dtype = self.shape, self.dtype
-            self.new = lambda: np.empty(shape, dtype=dtype)
-            pool = ("numpy", shape, dtype.str)
-        if pool not in self.pools:
-            # as many buffers as the queue and the worker can hold (2.5 windows): once warm, no allocation
-            self.pools[pool] = deque(maxlen=(self.bound + self.state.window) // max(1, self.rows) + 3)
-        self.free = self.pools[pool]
-
-    def trim(self) -> None:
-        """Drop the oldest queued batches beyond the newest window of rows (they would leave the
-        window unread; the worker's window forgets as many of its own). The training thread's,
-        once the queue holds more than 1.5 windows: no lock (a batch the worker pops meanwhile
-        is its own; each is popped once)."""
-        queue, keep = self.queue, self.state.window
-        try:
-            while len(queue) > 1 and self.queued() - queue[0][2] >= keep:
-                _, old, rows, free = queue.popleft()
-                free.append(old)
-                self.dropped += rows
-        except IndexError:  # the worker emptied the queue meanwhile
-            pass
-
-
-def fast_path(monitor: EmbeddingMonitor, slot: Slot) -> Callable[[Any, Any], bool]:
-    """The call of a key's current input, bound once per key and input: ``fast(z, step)`` copies
-    ``z`` into a recycled buffer and queues it, True; or, for anything it does not take as is
-    (another kind, shape, dtype or device, a step that is not a plain int in range, a closed
-    monitor), does nothing and returns False (the full path checks the call)."""
-    run, kind, shape, dtype, cuda, rows = monitor.run, slot.kind, slot.shape, slot.dtype, slot.cuda, slot.rows
-    free, queue, new, bound, start = slot.free, slot.queue, slot.new, slot.bound, run.start_step
-    pop, append = free.pop, queue.append
-
-    def fast_numpy(z: Any, step: Any) -> bool:
-        if type(z) is not kind or z.shape != shape or (z.dtype is not dtype and z.dtype != dtype) or monitor._closed:
-            return False
-        if step is None:
-            step = run._last_step or start
-        elif type(step) is not int or not start <= step <= MAX_STEP:
-            return False
-        buf = pop() if free else new()
-        np.copyto(buf, z)
-        append((step, buf, rows, free))
-        slot.submitted += rows
-        if slot.submitted - slot.dropped - slot.taken > bound:
-            slot.trim()
-        return True
-
-    def fast_torch(z: Any, step: Any) -> bool:
-        if type(z) is not kind or z.dtype is not dtype or z.shape != shape or z.is_cuda is not cuda \
-                or monitor._closed:
-            return False
-        if step is None:
-            step = run._last_step or start
-        elif type(step) is not int or not start <= step <= MAX_STEP:
-            return False
-        buf = pop() if free else new()
-        buf.copy_(z.detach() if z.requires_grad else z)
-        append((step, buf, rows, free))
-        slot.submitted += rows
-        if slot.submitted - slot.dropped - slot.taken > bound:
-            slot.trim()
-        return True
-
-    return fast_torch if slot.is_torch else fast_numpy
 
 
 def _as_matrix(z: Any) -> np.ndarray:

@@ -214,3 +214,83 @@ def test_a_warm_call_reuses_a_buffer_and_other_shapes_and_dtypes_still_go_in() -
     assert run._embeddings.keys["z"].filled == 64 and run._embeddings.keys["z"].since == 0
     stored = tracker.query("SELECT step FROM curves WHERE key = 'z/std' ORDER BY step")["step"].to_list()
     assert stored == [3, 4, 6]  # a full window (64 samples) at step 3, then each 16 new ones: 16 at 4, 3 + 16 at 6
+
+
+def test_a_warm_call_takes_the_bound_fast_path_and_anything_else_the_checked_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracker.embeddings import EmbeddingMonitor
+
+    run = tracker.init("emb")
+    z = np.ones((8, 4), dtype=np.float32)
+    run.log({"loss": 1.0}, step=5)
+    run.log_embeddings("z", z, step=0)
+    checked: list[str] = []
+    prepare = EmbeddingMonitor._prepare
+    monkeypatch.setattr(EmbeddingMonitor, "_prepare", lambda self, key, *a: checked.append(key) or prepare(self, key, *a))
+    slot = run._embeddings._slots["z"]
+    run.log_embeddings("z", z * 2, step=1)
+    run.log_embeddings("z", z * 3)  # no step: the run's last step
+    assert checked == [] and [(s, float(b.max())) for s, b, _, _ in list(slot.queue)[-2:]] == [(1, 2.0), (5, 3.0)]
+    run.log_embeddings("z", z, step=np.int64(6))  # not a plain int: checked, then queued
+    run.log_embeddings("z", z.astype(np.float64), step=7)  # another dtype: checked, a new fast path bound
+    run.log_embeddings("z", z.astype(np.float64), step=8)
+    assert checked == ["z", "z"] and slot.dtype == np.float64 and slot.queue[-1][0] == 8
+    with pytest.raises(TypeError, match="non-empty str"):
+        run.log_embeddings(["z"], z)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="step must be a non-negative int"):
+        run.log_embeddings("z", z.astype(np.float64), step=-1)
+    run.finish()
+    with pytest.raises(RunError, match="is finished"):
+        run.log_embeddings("z", z.astype(np.float64), step=9)  # the fast path declines once closed
+    assert wait(run) and slot.submitted == 6 * 8
+
+
+def test_statistics_land_on_the_window_that_ends_at_their_step_whatever_the_pace() -> None:
+    rng = np.random.default_rng(6)
+    batches = [(rng.normal(size=(64, 16)) * rng.uniform(0.3, 2.0, 16)).astype(np.float32) for _ in range(90)]
+    run = tracker.init("emb")
+    for step, z in enumerate(batches):  # far faster than the worker looks: it finds several due batches at once
+        run.log_embeddings("z", z, step=step, window=4096, every=256)
+    assert wait(run)
+    run.finish()
+    stored = tracker.query("SELECT step, key, value FROM curves WHERE key LIKE 'z/%' ORDER BY step")
+    steps = sorted(set(stored["step"].to_list()))
+    assert steps and run._embeddings.evaluations == len(steps) and run._embeddings.dropped_rows == 0
+    assert all(b - a >= 256 // 64 for a, b in zip(steps, steps[1:]))  # at most one evaluation per `every` samples
+    assert 64 * (steps[0] + 1) >= 256  # the first once the window holds min(window, max(2 D, 256)) samples
+    for step in steps:
+        expected = statistics(np.concatenate(batches[: step + 1])[-4096:])
+        at = stored.filter(stored["step"] == step)
+        got = dict(zip((k.split("/", 1)[1] for k in at["key"]), at["value"]))
+        assert got == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_worker_behind_leaves_the_training_thread_alone_and_memory_bounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracker.embedding_slot import fast_path
+    from tracker.embeddings import EmbeddingMonitor
+
+    release = threading.Event()
+    process = EmbeddingMonitor._process
+    monkeypatch.setattr(EmbeddingMonitor, "_process",
+                        lambda self, *a: (release.wait(10), process(self, *a))[1])  # a worker stuck in a batch
+    run = tracker.init("emb")
+    z = np.random.default_rng(8).normal(size=(64, 8)).astype(np.float32)
+    run.log_embeddings("z", z, step=0, window=512, every=64)
+    slot = run._embeddings._slots["z"]
+    allocated = []
+    new = slot.new
+    slot.new = lambda: allocated.append(1) or new()
+    run._embeddings.fast["z"] = fast_path(run._embeddings, slot)  # the key's fast path, allocating through it
+    import time
+
+    t0 = time.perf_counter()
+    for step in range(1, 400):
+        run.log_embeddings("z", z, step=step)
+        assert slot.queued() <= slot.bound + 64  # 1.5 windows queued at most, then the oldest go
+    assert time.perf_counter() - t0 < 2.0  # never waited for the stuck worker
+    assert slot.dropped > 0 and 0 < len(allocated) <= (slot.bound + 512) // 64 + 3  # the pool's buffers recycled
+    release.set()
+    run.finish()
+    last = tracker.query("SELECT max(step) AS s FROM curves WHERE key = 'z/std'")["s"][0]
+    assert last == 399  # the newest rows still make the last statistics
