@@ -2,7 +2,8 @@
 
 A training folder holds ``results.csv`` (one row per epoch; keys keep Ultralytics'
 names: ``train/box_loss``, ``metrics/mAP50-95(B)``, ``lr/pg0``, ...) and
-``args.yaml`` (the training arguments, which become the config). The run is named
+``args.yaml`` (the training arguments, which become the config; YOLOv5 writes them
+to ``opt.yaml``, read when there is no ``args.yaml``). The run is named
 after the folder; its project is ``args.yaml``'s project folder, else the parent
 folder (``runs/detect/train`` is in project ``detect``). A DIR without
 ``results.csv`` is searched for training folders below it.
@@ -26,6 +27,8 @@ from plugins.importers.widecsv import read_wide_csv
 
 def _args(folder: Path) -> dict[str, Any]:
     path = folder / "args.yaml"
+    if not path.exists():
+        path = folder / "opt.yaml"  # YOLOv5's name for the same record
     if not path.exists():
         return {}
     import yaml

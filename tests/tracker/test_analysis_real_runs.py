@@ -144,6 +144,24 @@ def test_stopped_early_is_not_judged_in_the_lr_warm_up(imported: Any) -> None:
     assert 0.9 < stop.data["confidence"] <= 1.0
 
 
+def test_a_yolov5_opt_yaml_is_the_config_stopped_early_reads(tmp_path: Path) -> None:
+    # trafficsign-y5's 30 epochs (0-29) beside the opt.yaml YOLOv5 writes (its keys, by the yaml library): the
+    # planned epochs come from it, where the lr schedule alone (still in warm-up) gives no verdict
+    import yaml
+
+    folder = tmp_path / "runs" / "train" / "exp"
+    folder.mkdir(parents=True)
+    (folder / "results.csv").write_bytes((CORPUS / "trafficsign-y5" / "results.csv").read_bytes())
+    (folder / "opt.yaml").write_text(yaml.safe_dump({"weights": "yolov5s.pt", "epochs": 50, "batch_size": 16,
+                                                     "patience": 100, "project": "runs/train", "name": "exp"}))
+    (run,) = [r for r in load_manifest(CORPUS) if r.name == "trafficsign-y5"]
+    run.folder = folder
+    home = tmp_path / "home"
+    ids = import_corpus([run], home)
+    stop = {r.event.kind: r.event for r in analyze(ids[run.name], home=home).findings}["stopped_early"]
+    assert stop.data["how"] == "cut short" and stop.data["planned"] == 50 and stop.data["done"] == 30
+
+
 def test_overfitting_names_its_best_epoch(imported: Any) -> None:
     fabric = findings(imported, "fabric-cls")["overfitting"]
     assert fabric.key == "val/loss" and fabric.data["best_step"] == 1 and fabric.data["onset"] == 2
