@@ -123,6 +123,10 @@ def print_measured(results: Results) -> None:
               f"setup, epoch ends and finish: {other:.2f} s per training")
     total = sum(r["total"] for r in results["assign"])
     st = sum(r["stats"] for r in results["assign"])
+    print("  untimed, per training: " + ", ".join(
+        f"{s} {_mean([r['before_s'] for r in results[s]]):.2f} s before the first step and "
+        f"{_mean([r['after_s'] for r in results[s]]):.2f} s after the last (validation, checkpoints, finish)"
+        for s in results))
     print(f"  measured inside the statistics (probes, copy, logging): {100 * st / total:.3f}% of the step time "
           "(target <= 3%)")
 

@@ -1,7 +1,7 @@
 """What tracking costs a real YOLO11n training step: track() against no tracking, and the
 assignment statistics and gradient balance against track() without them.
 
-    python -m bench.assign_cost [--blocks 24] [--images 320] [--batch 8] [--imgsz 64] [--device cpu]
+    python -m bench.assign_cost [--blocks 20] [--images 320] [--batch 8] [--imgsz 64] [--device cpu]
                                 [--threads N] [--flush-interval S] [--quick]
 
 Three settings train YOLO11n (from ``yolo11n.yaml``, Ultralytics' defaults, ``val=False``,
@@ -178,7 +178,7 @@ class Probe:
 
     def epoch_end(self, trainer: Any) -> None:  # before track()'s own epoch end (its flush barrier)
         self.gc_timer.on = False
-        self.marks.update(threads_after=thread_cpu(), machine_after=machine())
+        self.marks.update(threads_after=thread_cpu(), machine_after=machine(), ended=time.perf_counter())
 
 
 def train_once(setting: str, data: Path, args: argparse.Namespace, workdir: Path, tag: str,
@@ -200,9 +200,11 @@ def train_once(setting: str, data: Path, args: argparse.Namespace, workdir: Path
         track(model, project="bench-assign", name=f"{setting}-{tag}", assign_stats=setting == "assign", **extra)
         _time_tracker_callbacks(model, callbacks, other)
         _time_main_thread_work(model, stats if setting == "assign" else None, bookkeeping)
+    probe.marks["called"] = time.perf_counter()
     model.train(data=str(data), epochs=1, imgsz=args.imgsz, batch=args.batch, nbs=args.batch, device=args.device,
                 workers=0, plots=False, val=False, project=str(workdir / "runs"), name=f"{setting}-{tag}",
                 verbose=False, amp=False, seed=0, exist_ok=True)
+    probe.marks["returned"] = time.perf_counter()
     return _result(probe, gc_timer, callbacks, other, stats, bookkeeping)
 
 
@@ -222,6 +224,8 @@ def _result(probe: Probe, gc_timer: GcTimer, callbacks: Timer, other: Timer, sta
         "gc": (gc_timer.main_s, gc_timer.main_n, gc_timer.other_s, gc_timer.other_n, gc_timer.full_n),
         "steal": m1[1] - m0[1], "others_cpu": (m1[0] - m0[0]) - (m1[2] - m0[2]),
         "total": starts[-1] - starts[WARMUP] if len(starts) > WARMUP + 1 else 0.0,
+        "before_s": starts[0] - marks["called"] if starts else 0.0,
+        "after_s": marks["returned"] - marks.get("ended", marks["returned"]),
     }
 
 
@@ -249,6 +253,36 @@ def _restore_probes() -> None:
 
 
 _PLAIN_RECORD: Any = None
+
+
+def bookkeeping_sums(batch: int, imgsz: int, reps: int) -> tuple[float, float]:
+    """Process CPU seconds (medians of interleaved calls) of the classification-loss bookkeeping's two
+    reductions on a ``(batch, anchors, 80)`` loss and targets: float32 sums (what
+    ``ClassificationLoss.record`` does) against the float64 accumulation it did before."""
+    import torch
+
+    anchors = sum((imgsz // s) ** 2 for s in (8, 16, 32))
+    gen = torch.Generator().manual_seed(0)
+    out = torch.rand(batch, anchors, 80, generator=gen)
+    targets = out * (torch.rand(batch, anchors, 80, generator=gen) < 0.01)
+    ways = {"f32": lambda: (out.reshape(-1, 80).sum(dim=0), targets.sum()),
+            "f64": lambda: (out.reshape(-1, 80).sum(dim=0, dtype=torch.float64), targets.sum(dtype=torch.float64))}
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    for _ in range(reps):
+        for key, fn in ways.items():
+            t0 = time.process_time()
+            fn()
+            times[key].append(time.process_time() - t0)
+    return statistics.median(times["f32"]), statistics.median(times["f64"])
+
+
+def print_bookkeeping(args: argparse.Namespace) -> None:
+    """The bookkeeping's reductions at the bench's size and at Ultralytics' default imgsz 640, batch 16."""
+    for batch, imgsz, reps in ((args.batch, args.imgsz, 400), (16, 640, 5 if args.quick else 15)):
+        f32, f64 = bookkeeping_sums(batch, imgsz, reps)
+        print(f"  classification-loss bookkeeping alone, batch {batch} at imgsz {imgsz} (CPU, torch threads "
+              f"{__import__('torch').get_num_threads()}): float32 sums {1e6 * f32:.1f} us, the float64 accumulation "
+              f"of before {1e6 * f64:.1f} us ({f64 / max(f32, 1e-9):.1f}x)")
 
 
 def read_back(home: Path) -> str:
@@ -292,7 +326,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Path, Path, Path]:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The bench's arguments; ``--quick`` is a smoke test (2 blocks of short trainings)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=24, help="timed blocks of the three settings (default 24)")
+    parser.add_argument("--blocks", type=int, default=20, help="timed blocks of the three settings (default 20)")
     parser.add_argument("--images", type=int, default=320, help="training images: steps per training = "
                         "images / batch (default 320: 40 steps, 37 timed)")
     parser.add_argument("--batch", type=int, default=8)
@@ -338,6 +372,7 @@ def main(argv: list[str] | None = None) -> None:
               flush=True)
     gc_timer.close()
     report(results, first, args, SETTINGS)
+    print_bookkeeping(args)
     print("  threads left running after a training, waited for: " + ", ".join(
         f"{s} {waited[s] / args.blocks:.2f} s" for s in SETTINGS))
     print(read_back(home))

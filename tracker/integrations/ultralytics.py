@@ -53,6 +53,10 @@ a resume replays anyway. Before the first step, :func:`tracker.system.preload_ba
 imports on the training thread what the run's threads would import during the first
 steps (pyarrow's pandas shim above all).
 
+Random streams: :func:`kept_random_state` keeps Python's, numpy's and torch's global
+generators across the tracker's setup, so a seeded training gets the same batches and
+augmentations tracked as untracked (``tests/tracker/test_ultralytics_rng.py``).
+
 Ultralytics' own loggers: its MLflow callback (on whenever ``mlflow`` is importable;
 MLflow 3 then contacts its telemetry host and creates an experiment under the working
 folder) is taken off the trainer for the tracked training only, with one log line,
@@ -420,8 +424,8 @@ class _Tracker:
             values["sys/data_time"] = self.data_time
         self.run.log(values, step=step)
         per_class = self.per_class() if self.per_class is not None else None
-        if per_class is not None:
-            self.run.log_classes("train/cls_loss", per_class, step=step)
+        if per_class is not None:  # float64 as computed (log_classes would round a tensor to float32)
+            self.run.log_classes("train/cls_loss", per_class.detach().cpu().numpy(), step=step)
 
     # -- per epoch ---------------------------------------------------------------
     def on_train_epoch_end(self, trainer: Any) -> None:
