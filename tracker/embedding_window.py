@@ -8,15 +8,14 @@
   what a collapsing embedding is made of.
 * :class:`Window` keeps the last ``window`` rows in a float32 ring and their
   sufficient statistics (:class:`Sums`) up to date as rows come and go: adding
-  ``n`` rows costs ``n * D^2``, an evaluation ``D^3`` (the eigenvalues, through
-  torch when it is imported: :func:`eigenvalues`), instead of ``W * D^2`` for every
+  ``n`` rows costs ``n * D^2``, an evaluation ``D^3`` (the eigenvalues:
+  :func:`eigenvalues`), instead of ``W * D^2`` for every
   evaluation. Every ``4 * window`` rows added the sums are
   recomputed from the ring, so rounding never drifts.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -40,12 +39,10 @@ def rankme(singular: np.ndarray) -> float:
 
 
 def eigenvalues(matrix: np.ndarray) -> np.ndarray:
-    """The eigenvalues of the symmetric float64 ``matrix``: through torch when the process has
-    imported it (its LAPACK call releases the GIL; numpy's ``eigvalsh`` holds it for the whole
-    decomposition, which a training thread waking from its GPU wait then waits out), else numpy."""
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "linalg"):
-        return torch.linalg.eigvalsh(torch.from_numpy(np.ascontiguousarray(matrix))).numpy()
+    """The eigenvalues of the symmetric float64 ``matrix`` (numpy's ``eigvalsh``: its LAPACK call
+    releases the GIL, so a training thread beside the worker never waits it out; on numpy 2.4,
+    a thread waking every 0.5 ms beside a 30 ms decomposition of 768 x 768 was late by 0.1 ms
+    at most, against 3.5-6.5 ms beside ``torch.linalg.eigvalsh``, which was also slower)."""
     return np.linalg.eigvalsh(matrix)
 
 
