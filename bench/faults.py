@@ -21,9 +21,15 @@ Seeds ``--tune`` (default 0 and 1) are the ones the system detectors' thresholds
 set on; every other seed's runs, and the YOLO runs, are held out. Then it scores
 (:mod:`bench.faults_score`): per detector, precision, recall and lead time on the
 held-out runs, then on the tuning runs. A run already in ``labels.jsonl`` is not
-trained again (``--fresh`` starts over). Labels are functions of the fault and of
-what the run measured (:mod:`bench.faults_labels`), so ``--relabel`` recomputes
-them for the runs already there after a label rule changes.
+trained again (``--fresh`` starts over; to retrain one run, delete its line from
+``labels.jsonl`` and its folder under ``yolo/runs``). Labels are functions of the
+fault and of what the run measured (:mod:`bench.faults_labels`), so ``--relabel``
+recomputes them for the runs already there after a label rule changes. A fault
+meant to produce an outcome is labelled by it only when the run shows it (a
+learning rate too high: the train loss ends at least twice its best before the
+fault, or goes non-finite); one that did not manifest is recorded with
+``manifested: false``, scored neither as a positive nor as a control for that
+kind, and named under the score's table.
 
 Run: ``python -m bench.faults`` (about an hour on two busy cores), ``--only digits``,
 ``--seeds 0,1``, ``--score-only``, ``--relabel``.
@@ -158,7 +164,7 @@ def relabel(out: Path, echo: Callable[[str], None] = print) -> int:
     home, changed, lines = out / "home", 0, []
     for record in load_records(out):
         if record["model"] == "digits":
-            labels = digits_labels(record)
+            labels = digits_labels(record, home)
         elif record["model"] == "digits-ddp":
             record["steps"] = last_step(record["run_id"], home) + 1
             labels = ddp_labels(DdpSpec(**record["spec"]), record["steps"] - 1)

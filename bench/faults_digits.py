@@ -242,7 +242,7 @@ class _Training:
 
         import tracker
 
-        self.spec, self.torch = spec, torch
+        self.spec, self.torch, self.home = spec, torch, home
         xt, xv, yt, yv = _split(spec.seed)
         xt, yt = _subset(spec, xt, yt)
         self.dataset = _Images(xt, yt)
@@ -322,7 +322,7 @@ class _Training:
                   "onset": self.onset, "first_nan": st.first_nan, "val": st.val, "train": st.train,
                   "rare_recall": st.rare_recall, "seconds": seconds,
                   "kept_bytes": int(sum(t.numel() * t.element_size() for t in st.kept))}
-        record["labels"] = [asdict(lb) for lb in digits_labels(record)]
+        record["labels"] = [asdict(lb) for lb in digits_labels(record, self.home)]
         return record
 
 

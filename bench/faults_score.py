@@ -15,7 +15,10 @@ registered detectors at their defaults, and judges each (run, detector) pair:
   fault began): one per run.
 
 Precision and recall are over runs, so a detector that says the same thing on two
-keys of a run (``train/loss`` and ``val/loss`` both NaN) is not counted twice.
+keys of a run (``train/loss`` and ``val/loss`` both NaN) is not counted twice. A
+run whose fault did not manifest (``manifested: false``, the kind in its
+``unscored`` list: :mod:`bench.faults_labels`) is not judged for that kind, neither
+a positive nor a healthy control; the printout names it under its table.
 The tables are printed for the held-out runs (``role == "held-out"``: seeds never used
 to set a threshold) and for the tuning runs apart. Kinds that no registered detector
 raises are listed as such.
@@ -104,6 +107,11 @@ def score(records: list[dict[str, Any]], home: Path) -> dict[str, dict[str, Dete
     return out
 
 
+def not_manifested(records: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Run name -> the kinds it is not scored for, for the runs whose fault did not manifest."""
+    return {r["name"]: list(r.get("unscored", [])) for r in records if r.get("manifested") is False}
+
+
 def _num(value: float | None) -> str:
     return f"{value:.2f}" if value is not None else "-"
 
@@ -145,8 +153,11 @@ def report(out: Path, as_json: bool = False, echo: Any = print) -> dict[str, dic
         for kind, s in scores[role].items():
             if s.misses or s.alarms:
                 echo(f"  {kind}: missed {', '.join(s.misses) or '-'}; false alarms {', '.join(s.alarms) or '-'}")
+        for name, kinds in not_manifested(runs).items():
+            echo(f"  not manifested (not scored for {', '.join(kinds)}: neither a positive nor a control): {name}")
     if as_json:
-        payload = {role: [s.to_dict() for s in table.values()] for role, table in scores.items()}
+        payload: dict[str, Any] = {role: [s.to_dict() for s in table.values()] for role, table in scores.items()}
+        payload["not_manifested"] = not_manifested(records)
         (out / "score.json").write_text(json.dumps(payload, indent=2))
         echo(f"\nwrote {out / 'score.json'}")
     return scores

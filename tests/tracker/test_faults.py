@@ -8,6 +8,7 @@ come from the fault (its injection step) or from what the run measured (its firs
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import pytest
 
 import tracker
 from bench.faults_digits import DigitsSpec, train
+from bench.faults_labels import DIVERGE_FACTOR
+from bench.faults_score import report
 
 pytestmark = pytest.mark.slow
 FAST = 0.05  # the sampler's interval in these short runs (the default is 2 s)
@@ -26,6 +29,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     specs = {
         "healthy": DigitsSpec("healthy", epochs=12, interval=FAST),
         "lr_high": DigitsSpec("lr_high", epochs=12, onset_epoch=3, interval=FAST),
+        # the step schedule's factor at 1: the "fault" leaves the learning rate as it was, the loss keeps falling
+        "lr_same": DigitsSpec("lr_high", epochs=6, onset_epoch=3, lr_factor=1.0, interval=FAST, name="digits-lr_same"),
         "fp16": DigitsSpec("fp16", epochs=1, interval=FAST),
         "fp16_scaled": DigitsSpec("fp16_scaled", epochs=1, interval=FAST),
         "healthy_long": DigitsSpec("healthy", epochs=34, interval=FAST, name="digits-healthy_long-s0"),
@@ -69,6 +74,30 @@ def test_the_labels_come_from_the_fault_and_the_run(runs: dict[str, Any]) -> Non
     assert [lb["onset"] for lb in records["lr_high"]["labels"] if lb["kind"] == "divergence"] == [3 * per_epoch]
     assert records["leak_fast"]["kept_bytes"] > 50e6  # the kept features, ~60 KB a step
     assert {lb["kind"] for lb in records["healthy"]["labels"]} <= {"overfitting"}  # measured from val/loss
+
+
+def test_a_divergence_label_needs_the_loss_to_grow(runs: dict[str, Any]) -> None:
+    """The lr_high run's train loss ends far above its best before the onset: labelled and manifested; the same
+    fault with a factor of 1 leaves the loss falling: no label, not manifested, left out of divergence's score."""
+    high, same = runs["records"]["lr_high"], runs["records"]["lr_same"]
+    assert high["manifested"] is True and high["unscored"] == []
+    assert high["divergence_measured"]["train/loss"]["ratio"] >= DIVERGE_FACTOR
+    assert same["manifested"] is False and same["unscored"] == ["divergence"]
+    assert same["divergence_measured"]["train/loss"]["ratio"] < 1
+    assert not [lb for lb in same["labels"] if lb["kind"] == "divergence"]
+
+
+def test_the_score_names_a_fault_that_did_not_manifest(runs: dict[str, Any]) -> None:
+    """Scored as a corpus, the run whose fault did not manifest is named and judged for no divergence: neither a
+    miss nor a control."""
+    out: Path = runs["home"].parent
+    records = [dict(runs["records"][name], role="held-out") for name in ("lr_high", "lr_same")]
+    (out / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    lines: list[str] = []
+    scores = report(out, echo=lines.append)
+    divergence = scores["held-out"]["divergence"]
+    assert (divergence.tp, divergence.fn, divergence.runs) == (1, 0, 1), divergence
+    assert [line for line in lines if "not manifested" in line and "digits-lr_same" in line], lines
 
 
 def test_the_runs_log_what_a_user_loop_logs(runs: dict[str, Any]) -> None:
