@@ -35,7 +35,9 @@ def report(results: Results, first: dict[str, dict[str, Any]], args: argparse.Na
     print_steps(results, settings)
     print_overheads(results)
     print_like_with_like(results, first, settings)
-    print_measured(results)
+    from tracker.integrations.ultralytics import FLUSH_INTERVAL_S
+
+    print_measured(results, args.flush_interval or FLUSH_INTERVAL_S)
     print_threads(results, first)
 
 
@@ -101,17 +103,17 @@ def print_overheads(results: Results) -> None:
 
 def print_like_with_like(results: Results, first: dict[str, dict[str, Any]], settings: Sequence[str]) -> None:
     """Whether every setting trained on the same batches to the same losses (bit for bit)."""
-    ref = first[settings[0]]["losses"]
+    ref = results[settings[0]][0]["losses"]
     worst, same = 0.0, True
     for s in settings:
-        for r in [first[s], *results[s]]:
+        for r in results[s]:
             same = same and r["losses"] == ref
             worst = max([worst, *(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(r["losses"], ref))])
     print(f"  like with like: every training's per-step losses {'are bit-identical' if same else 'DIFFER'} across "
           f"the settings ({len(ref)} steps each; largest relative difference {worst:.2g})")
 
 
-def print_measured(results: Results) -> None:
+def print_measured(results: Results, flush_interval: float) -> None:
     """The tracker's own time on the training thread, as a share of the step."""
     for s in ("track", "assign"):
         total = sum(r["total"] for r in results[s])
@@ -123,6 +125,13 @@ def print_measured(results: Results) -> None:
               f"setup, epoch ends and finish: {other:.2f} s per training")
     total = sum(r["total"] for r in results["assign"])
     st = sum(r["stats"] for r in results["assign"])
+    step = statistics.median([x for r in results["track"] for x in r["steps"]])
+    parts = []
+    for s in ("track", "assign"):
+        n, steps = sum(r["flushes"] for r in results[s]), sum(len(r["steps"]) for r in results[s])
+        parts.append(f"{s} {n / len(results[s]):.1f} per training" + (f" (one every {steps / n:.0f} steps)" if n else ""))
+    print("  track()'s periodic flushes within the timed steps: " + ", ".join(parts)
+          + f"; a long training at this step time: one every {flush_interval / step:.0f} steps")
     print("  untimed, per training: " + ", ".join(
         f"{s} {_mean([r['before_s'] for r in results[s]]):.2f} s before the first step and "
         f"{_mean([r['after_s'] for r in results[s]]):.2f} s after the last (validation, checkpoints, finish)"

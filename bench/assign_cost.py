@@ -1,7 +1,7 @@
 """What tracking costs a real YOLO11n training step: track() against no tracking, and the
 assignment statistics and gradient balance against track() without them.
 
-    python -m bench.assign_cost [--blocks 20] [--images 320] [--batch 8] [--imgsz 64] [--device cpu]
+    python -m bench.assign_cost [--blocks 8] [--images 1200] [--batch 8] [--imgsz 64] [--device cpu]
                                 [--threads N] [--flush-interval S] [--quick]
 
 Three settings train YOLO11n (from ``yolo11n.yaml``, Ultralytics' defaults, ``val=False``,
@@ -13,13 +13,17 @@ epoch each, in one process:
   logger, the online analysis, the system sampler, the 5 s flush);
 * ``assign``: ``track(model)``, the default (assignment statistics and gradient balance on).
 
-First one untimed block of all three (a process pays once for imports during its first
-training). Then ``--blocks`` timed blocks of three adjacent trainings, in ABC and CBA order
-alternately, so ``track`` always sits next to both others; the threads a training leaves
-behind are waited for before the next. The torch thread count is the same in every
-setting and printed (Ultralytics sets ``min(8, CPUs - 1)`` for a CPU training; ``--threads``
-overrides it for all three alike). Every setting sees the same batches and computes the
-same losses: the bench checks that each step's loss is bit-identical across the settings.
+First one untimed block of all three on a small dataset (a process pays once for imports
+during its first training). Then ``--blocks`` timed blocks of three adjacent trainings, in
+ABC and CBA order alternately, so ``track`` always sits next to both others; the threads a
+training leaves behind are waited for before the next. A training is long enough (150
+steps, about 12 s on a quiet 2-core machine) to hold track()'s periodic 5 s flushes at the
+rate a long training has them (the bench prints how many fell in the timed steps): in a
+shorter one they would fall after the last step and the comparison would leave them out.
+The torch thread count is the same in every setting and printed (Ultralytics sets
+``min(8, CPUs - 1)`` for a CPU training; ``--threads`` overrides it for all three alike).
+Every setting sees the same batches and computes the same losses: the bench checks that
+each step's loss is bit-identical across the settings.
 
 A step is the time between two ``on_train_batch_start`` callbacks (data, forward, loss,
 backward, optimizer and every callback); the first 3 steps of each training are left out.
@@ -55,6 +59,7 @@ from bench._report_cost import report
 from bench._threads import thread_cpu
 
 WARMUP = 3
+BLOCKS, IMAGES, WARM_IMAGES = 8, 1200, 48
 SETTINGS = ("none", "track", "assign")
 BATCH_EVENTS = ("on_train_batch_start", "on_train_batch_end")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -156,6 +161,12 @@ class Probe:
         self.losses: list[float] = []
         self.marks: dict[str, Any] = {}
         self.gc_timer, self.threads = gc_timer, threads
+        self.run: Callable[[], Any] = lambda: None  # the tracked run, once track()'s setup made it
+
+    def flushes(self) -> int | None:
+        """Batches the run's flusher has handed off so far (None untracked)."""
+        run = self.run()
+        return None if run is None else int(run._flusher._seq)
 
     def pretrain(self, trainer: Any) -> None:
         import torch
@@ -169,7 +180,8 @@ class Probe:
         if len(self.starts) == WARMUP + 1:
             import torch
 
-            self.marks.update(threads=thread_cpu(), machine=machine(), torch_threads=torch.get_num_threads())
+            self.marks.update(threads=thread_cpu(), machine=machine(), torch_threads=torch.get_num_threads(),
+                              flushes=self.flushes())
             self.gc_timer.reset()
             self.gc_timer.on = True
 
@@ -178,7 +190,8 @@ class Probe:
 
     def epoch_end(self, trainer: Any) -> None:  # before track()'s own epoch end (its flush barrier)
         self.gc_timer.on = False
-        self.marks.update(threads_after=thread_cpu(), machine_after=machine(), ended=time.perf_counter())
+        self.marks.update(threads_after=thread_cpu(), machine_after=machine(), ended=time.perf_counter(),
+                          flushes_after=self.flushes())
 
 
 def train_once(setting: str, data: Path, args: argparse.Namespace, workdir: Path, tag: str,
@@ -198,6 +211,9 @@ def train_once(setting: str, data: Path, args: argparse.Namespace, workdir: Path
     if setting != "none":
         extra = {} if args.flush_interval is None else {"flush_interval": args.flush_interval}
         track(model, project="bench-assign", name=f"{setting}-{tag}", assign_stats=setting == "assign", **extra)
+        state = next(fn.__self__ for hooks in model.callbacks.values() for fn in hooks
+                     if type(getattr(fn, "__self__", None)).__name__ == "_Tracker")
+        probe.run = lambda: state.run
         _time_tracker_callbacks(model, callbacks, other)
         _time_main_thread_work(model, stats if setting == "assign" else None, bookkeeping)
     probe.marks["called"] = time.perf_counter()
@@ -226,6 +242,7 @@ def _result(probe: Probe, gc_timer: GcTimer, callbacks: Timer, other: Timer, sta
         "total": starts[-1] - starts[WARMUP] if len(starts) > WARMUP + 1 else 0.0,
         "before_s": starts[0] - marks["called"] if starts else 0.0,
         "after_s": marks["returned"] - marks.get("ended", marks["returned"]),
+        "flushes": (marks["flushes_after"] - marks["flushes"]) if marks.get("flushes") is not None else None,
     }
 
 
@@ -297,8 +314,9 @@ def read_back(home: Path) -> str:
     return f"read-back {'ok' if ok else 'FAILED'}: {df.height} runs with assign/gt, {int(df['boxes'].sum())} boxes"
 
 
-def _prepare(args: argparse.Namespace) -> tuple[Path, Path, Path]:
-    """A private offline Ultralytics folder, a tracker home at the defaults, and the dataset."""
+def _prepare(args: argparse.Namespace) -> tuple[Path, Path, Path, Path]:
+    """A private offline Ultralytics folder, a tracker home at the defaults, the dataset, and a small one
+    for the untimed block."""
     global _PLAIN_RECORD
     workdir = Path(tempfile.mkdtemp(prefix="bench-assign-"))
     home = workdir / "tracker-home"
@@ -320,15 +338,17 @@ def _prepare(args: argparse.Namespace) -> tuple[Path, Path, Path]:
     from tracker.integrations.yolo_synthetic import make_dataset
 
     data = make_dataset(workdir / "data", train=args.images, val=8, imgsz=args.imgsz).yaml
-    return workdir, home, data
+    warm = make_dataset(workdir / "warm", train=WARM_IMAGES, val=8, imgsz=args.imgsz).yaml
+    return workdir, home, data, warm
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The bench's arguments; ``--quick`` is a smoke test (2 blocks of short trainings)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=20, help="timed blocks of the three settings (default 20)")
-    parser.add_argument("--images", type=int, default=320, help="training images: steps per training = "
-                        "images / batch (default 320: 40 steps, 37 timed)")
+    parser.add_argument("--blocks", type=int, default=BLOCKS, help=f"timed blocks of the three settings "
+                        f"(default {BLOCKS})")
+    parser.add_argument("--images", type=int, default=IMAGES, help="training images: steps per training = images / "
+                        f"batch (default {IMAGES}: 150 steps, 147 timed, 2-3 of track()'s 5 s flushes)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--imgsz", type=int, default=64)
     parser.add_argument("--device", default="cpu")
@@ -336,7 +356,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="torch.set_num_threads for every setting (default: Ultralytics' own, min(8, CPUs - 1))")
     parser.add_argument("--flush-interval", type=float, default=None,
                         help="track(flush_interval=...) (default: track()'s own, 5 s)")
-    parser.add_argument("--quick", action="store_true", help="smoke test: 2 blocks of 96 images")
+    parser.add_argument("--quick", action="store_true", help="smoke test: 2 blocks of 96 images (no periodic flush "
+                        "falls in so short a training)")
     args = parser.parse_args(argv)
     if args.quick:
         args.blocks, args.images = 2, 96
@@ -348,13 +369,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     t_start, load0 = time.perf_counter(), os.getloadavg()[0]
-    workdir, home, data = _prepare(args)
+    workdir, home, data, warm = _prepare(args)
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in SETTINGS}
     baseline = {t.ident for t in threading.enumerate()}
     gc_timer = GcTimer()
     first: dict[str, dict[str, Any]] = {}
     for setting in SETTINGS:  # the untimed block: one-time imports of the process
-        first[setting] = train_once(setting, data, args, workdir, "warmup", gc_timer)
+        first[setting] = train_once(setting, warm, args, workdir, "warmup", gc_timer)
         _restore_probes()
         settle(baseline)
     waited: dict[str, float] = {s: 0.0 for s in SETTINGS}
