@@ -35,6 +35,7 @@ Run: ``.venv/bin/python -m bench.embeddings`` (about 2 minutes on 2 cores;
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import statistics as stats
@@ -160,7 +161,7 @@ def measure(n: int, d: int, kind: str, make: Callable[[Any], Any], steps: int) -
     copy = _copy(kind, z)
     warm = max(10, math.ceil(25_600 / n))
     copy_calls, log_calls, base, with_copy, with_log = [], [], [], [], []
-    rows = evaluations = dropped = 0
+    rows = evaluations = dropped = late = 0
     for _ in range(ROUNDS):
         base += _loop(model, kind, make, None, steps)[1]
         calls, totals = _loop(model, kind, make, lambda a, i: copy(a), steps)
@@ -179,8 +180,9 @@ def measure(n: int, d: int, kind: str, make: Callable[[Any], Any], steps: int) -
         rows += _logged(run)
         evaluations += run._embeddings.evaluations
         dropped += run._embeddings.dropped_rows
+        late += run._embeddings._abandoned
     us = 1e6
-    out: dict[str, Any] = {"rows": rows, "evaluations": evaluations, "dropped": dropped}
+    out: dict[str, Any] = {"rows": rows, "evaluations": evaluations, "dropped": dropped, "late": late}
     for name, values in (("copy", copy_calls), ("log", log_calls), ("base", base), ("step_copy", with_copy),
                          ("step_log", with_log)):
         out[name] = (stats.median(values) * us, stats.fmean(values) * us)
@@ -263,6 +265,7 @@ def main() -> None:
     os.environ["TRACKER_HOME"] = tempfile.mkdtemp(prefix="tracker-bench-embeddings-")
     os.environ["TRACKER_SYSTEM"] = "0"
     torch.set_num_threads(1)
+    logging.getLogger("tracker.embeddings").setLevel(logging.ERROR)  # a late worker: counted in the table
     began = time.perf_counter()
     print(f"run.log_embeddings in a SimSiam training loop (digits, torch CPU, 1 thread) vs the copy of z to host "
           f"memory; {ROUNDS} alternating rounds; defaults: window 25,600, every 1,024 samples; cores: "
@@ -270,7 +273,7 @@ def main() -> None:
     print("the copy: " + "; ".join(f"{kind}: {COPY[kind]}" for kind in _kinds()) + ", into a buffer allocated once")
     print(f"{'':29}{'per call, us (median / mean)':^38} | {'training step, ms (median / mean)':^46} |")
     print(f"{'N x D':>12} {'input':>10} {'steps':>5} {'copy':>13} {'log_embeddings':>16} {'ratio':>6} | "
-          f"{'no call':>13} {'copy':>13} {'log_embeddings':>15}  {'extra':>5} | {'evals':>5} {'dropped':>8}")
+          f"{'no call':>13} {'copy':>13} {'log_embeddings':>15}  {'extra':>5} | {'evals':>5} {'dropped':>8} {'late':>4}")
     for n, d in SHAPES[:2] if quick else SHAPES:
         steps = _steps(n, d, quick)
         for kind, make in _kinds().items():
@@ -283,10 +286,11 @@ def main() -> None:
                   f"{_ratio(lm, cm)} | {bm * ms:5.2f} /{ba * ms:6.2f} {m['step_copy'][0] * ms:5.2f} /"
                   f"{m['step_copy'][1] * ms:6.2f} {m['step_log'][0] * ms:6.2f} /{m['step_log'][1] * ms:6.2f}  "
                   f"{_ratio(extra_log, extra_copy) if extra_copy > 0 else '    -'} | {m['evaluations']:>5} "
-                  f"{m['dropped']:>8}")
+                  f"{m['dropped']:>8} {m['late']:>4}")
     print("(ratio: log_embeddings / copy, medians per call; extra: (mean log step - mean step) / (mean copy step - "
           "mean step), '-' where the copy's extra is within the noise; evals: evaluations logged in the timed and "
-          "warm-up steps, read back 3 rows each; dropped: samples a worker behind dropped)")
+          "warm-up steps, read back 3 rows each; dropped: samples a worker behind dropped; late: runs whose "
+          f"worker was still busy {FINISH_S:g} s into finish(), its last statistics left out)")
     print("\nread back: stored statistics against a direct computation on the window's rows (256 x 128 batches, "
           "window 2,048, every 512):")
     for kind, make in _kinds().items():
