@@ -160,8 +160,25 @@ def divergence(ep: list[int], cols: dict[str, list[float]]) -> dict | None:
     return None
 
 
-def stopped_early(ep: list[int], cols: dict[str, list[float]]) -> dict | None:
-    """Definition 6 (manifest): the linear Ultralytics schedule (lrf 0.01) planned 3+ and 10%+ more epochs."""
+def planned_epochs(folder: Path) -> int | None:
+    """The ``epochs:`` line of the run's args.yaml (Ultralytics) or opt.yaml (YOLOv5), if it has one."""
+    for name in ("args.yaml", "opt.yaml"):
+        if (folder / name).exists():
+            found = re.search(r"^epochs:\s*(\d+)\s*$", (folder / name).read_text(), re.MULTILINE)
+            if found:
+                return int(found.group(1))
+    return None
+
+
+def stopped_early(ep: list[int], cols: dict[str, list[float]], planned: int | None = None) -> dict | None:
+    """Definition 6 (manifest): with the run's args.yaml/opt.yaml, fewer epochs than its ``epochs``; without,
+    the linear Ultralytics schedule (lrf 0.01) planned 3+ and 10%+ more epochs."""
+    if planned is not None:
+        done = len(set(ep))
+        if done < planned:
+            return {"kind": "stopped_early", "onset": ep[-1],
+                    "reason": f"its settings file plans {planned} epochs; {done} were run"}
+        return None
     keys = [k for k in cols if LR.match(k)]
     if not keys or len(ep) < 10:
         return None
@@ -185,7 +202,9 @@ JUDGES = (overfitting, metric_collapse, zero_loss, non_finite, divergence, stopp
 def labels(folder: Path) -> list[dict]:
     """Every label the definitions give ``folder``."""
     ep, cols = read(folder)
-    return [lab for judge in JUDGES if (lab := judge(ep, cols)) is not None]
+    found = [lab for judge in JUDGES[:-1] if (lab := judge(ep, cols)) is not None]
+    stopped = stopped_early(ep, cols, planned_epochs(folder))
+    return found + ([stopped] if stopped is not None else [])
 
 
 def toml(lab: dict) -> str:
