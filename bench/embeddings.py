@@ -35,6 +35,7 @@ Run: ``.venv/bin/python -m bench.embeddings`` (about 2 minutes on 2 cores;
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
@@ -181,6 +182,8 @@ def measure(n: int, d: int, kind: str, make: Callable[[Any], Any], steps: int) -
         evaluations += run._embeddings.evaluations
         dropped += run._embeddings.dropped_rows
         late += run._embeddings._abandoned
+        del run, log
+        gc.collect()  # the run's window and buffers go now, not during the next loop
     us = 1e6
     out: dict[str, Any] = {"rows": rows, "evaluations": evaluations, "dropped": dropped, "late": late}
     for name, values in (("copy", copy_calls), ("log", log_calls), ("base", base), ("step_copy", with_copy),

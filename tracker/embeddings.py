@@ -89,6 +89,25 @@ POLL_S = 0.02  # the worker looks for new copies this often while they come (no 
 IDLE_POLL_S = 0.32  # ... and backs off to this while none come
 
 
+def _blocks(matrices: list[np.ndarray], rows: int) -> list[np.ndarray]:
+    """``matrices`` regrouped in order into blocks of about ``rows`` rows: small ones concatenated,
+    large ones cut."""
+    out: list[np.ndarray] = []
+    small: list[np.ndarray] = []
+    held = 0
+    for m in matrices:
+        for a in range(0, m.shape[0], rows):
+            piece = m[a : a + rows]
+            small.append(piece)
+            held += piece.shape[0]
+            if held >= rows:
+                out.append(small[0] if len(small) == 1 else np.concatenate(small))
+                small, held = [], 0
+    if small:
+        out.append(small[0] if len(small) == 1 else np.concatenate(small))
+    return out
+
+
 def _as_matrix(z: Any) -> np.ndarray:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(z, torch.Tensor):
@@ -253,7 +272,8 @@ class EmbeddingMonitor:
 
     def _process(self, state: Window, items: list[tuple[int, Any, int, deque[Any]]]) -> None:
         """Add ``items`` to the window in a few large numpy calls (small batches concatenated into
-        blocks of about CHUNK_ROWS rows: the worker holds the GIL only between them), then
+        blocks of 256 to CHUNK_ROWS rows, fewer as D grows: the worker holds the GIL only between
+        them, and once finish() began it stops after the block it is on), then
         evaluate once, at the newest batch's step, if ``every`` samples came since the last
         evaluation: at most one evaluation per take, so a worker behind evaluates as often as it
         can, never more than every ``every`` samples."""
@@ -269,18 +289,16 @@ class EmbeddingMonitor:
             for _, buf, _, free in items[:i]:
                 free.append(buf)
             items = items[i:]
-        blocks, small = [], []
-        for _, copy, rows, _ in items:
-            small.append(_as_matrix(copy))
-            if sum(m.shape[0] for m in small) >= CHUNK_ROWS:
-                blocks.append(small[0] if len(small) == 1 else np.concatenate(small))
-                small = []
-        if small:
-            blocks.append(small[0] if len(small) == 1 else np.concatenate(small))
-        state.add(blocks)
-        for _, buf, _, free in items:  # their rows are in the window now
+        blocks = _blocks([_as_matrix(item[1]) for item in items], max(256, min(CHUNK_ROWS, 2**28 // state.dim**2)))
+        stopping = threading.current_thread() is self._thread
+        for i, block in enumerate(blocks):
+            if stopping and self._closed:  # finish() began: leave the rest to it, dropped unread
+                state.skip(sum(b.shape[0] for b in blocks[i:]))
+                break
+            state.add(block)
+        for _, buf, _, free in items:  # their rows are in the window now (or skipped)
             free.append(buf)
-        if state.due():
+        if state.due() and not (stopping and self._closed):
             self._evaluate(state, items[-1][0])
 
     def _evaluate(self, state: Window, step: int) -> bool:
