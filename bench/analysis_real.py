@@ -13,6 +13,13 @@ divergence) in three parts, apart (:data:`tracker.analysis.real_corpus.PARTS`):
   Without it those runs are not imported or judged at all: run ``--fresh`` once,
   when the batch is complete, for the honest held-out score.
 
+With ``--fresh``, the fresh runs are scored a second time against their labels read by eye
+(``eye-labels.toml``: read off the curves by someone who saw neither the written
+definitions, ``label_runs.py``'s labels nor any verdict), with a table of where the two
+label sets agree. The definitions' labels and the verdicts share a rule, so a verdict
+that follows its definition scores well against them by construction; the eye's labels
+are the independent check.
+
 Then, apart, the online detectors' events of the same kinds on the held-out runs;
 then what a user asking ``tracker analyze`` at every epoch while the run trained
 would have been told first (``overfitting`` on the history as it stood then: the
@@ -55,7 +62,7 @@ from tracker.analysis.epoch_specs import EPOCH_DETECTORS, OVERFITTING  # noqa: E
 from tracker.analysis.offline import _environment, _store, find_run  # noqa: E402
 from tracker.analysis.epochs import History  # noqa: E402
 from tracker.analysis.real_corpus import (  # noqa: E402
-    FRESH_BATCH, KINDS, Detection, detections, format_table, import_corpus, load_manifest, score,
+    FRESH_BATCH, KINDS, Detection, detections, format_table, import_corpus, load_eye_labels, load_manifest, score,
 )
 
 CORPUS = ROOT / "tests" / "data" / "real_runs"
@@ -145,6 +152,36 @@ def _print_five(shown: dict[str, Any]) -> None:
             print("    no finding")
 
 
+def _by_eye(runs: list[Any], *found: dict[str, dict[str, Detection]]) -> None:
+    """The fresh runs scored against their labels read by eye (``eye-labels.toml``), and how the two label
+    sets agree: the definitions' labels and the verdicts share a rule, the eye's labels share nothing."""
+    eye = load_eye_labels(CORPUS)
+    fresh = [replace(r, labels=eye[r.name]) for r in runs if r.part == "fresh" and r.name in eye]
+    if not fresh:
+        print("no eye labels for the fresh runs (tests/data/real_runs/eye-labels.toml)\n")
+        return
+    by_name = {r.name: r for r in runs}
+    print(f"fresh runs labelled by eye: {len(fresh)}; per kind, runs labelled by both / the definitions only / "
+          "the eye only:")
+    for kind in KINDS:
+        both = [r.name for r in fresh if kind in r.labels and kind in by_name[r.name].labels]
+        defs = [r.name for r in fresh if kind not in r.labels and kind in by_name[r.name].labels]
+        eyes = [r.name for r in fresh if kind in r.labels and kind not in by_name[r.name].labels]
+        print(f"  {kind:16s} {len(both):2d} / {len(defs):2d} / {len(eyes):2d}"
+              + (f"   definitions only: {', '.join(defs)}" if defs else "")
+              + (f"   eye only: {', '.join(eyes)}" if eyes else ""))
+    print()
+    titles = ("findings", "the online detectors' events", "overfitting as first told at every epoch (no hindsight)")
+    for what, title in zip(found, titles):
+        scored = score(fresh, what)["fresh"]
+        if title.startswith("overfitting"):
+            scored = {"overfitting": scored["overfitting"]}
+        elif title.startswith("the online"):
+            scored = {k: v for k, v in scored.items() if k in ONLINE_KINDS}
+        print(format_table(scored, f"held-out runs, fresh, labelled by eye: {title}"))
+        print()
+
+
 def main() -> None:
     """Import, analyse, score, print."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -202,6 +239,8 @@ def main() -> None:
                                f"{TITLES[part]}: overfitting as first told to a user asking at every epoch while "
                                "the run trained (no hindsight)"))
             print()
+        if args.fresh:
+            _by_eye(runs, found, online, watched(hists))
         _print_five(shown)
         if args.tune:
             print()

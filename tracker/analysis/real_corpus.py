@@ -82,13 +82,7 @@ def load_manifest(folder: Path) -> list[RealRun]:
         raise DataError(f"cannot read the corpus manifest {path}: {exc}") from None
     runs = []
     for entry in data.get("run", []):
-        labels = {}
-        for raw in entry.get("labels", []):
-            if raw.get("kind") not in KINDS:
-                raise DataError(f"{path}: run {entry.get('name')!r} has label kind {raw.get('kind')!r}; "
-                                f"kinds are {', '.join(KINDS)}")
-            labels[raw["kind"]] = Label(raw["kind"], int(raw["onset"]), str(raw["reason"]), raw.get("best"),
-                                        raw.get("key"))
+        labels = _labels(entry, path)
         run_folder = Path(folder) / str(entry["name"])
         if not (run_folder / "results.csv").exists():
             raise DataError(f"{path}: run {entry['name']!r} has no {run_folder / 'results.csv'}")
@@ -99,6 +93,31 @@ def load_manifest(folder: Path) -> list[RealRun]:
                             "from 1 (leave it out for batch 1)")
         runs.append(RealRun(str(entry["name"]), run_folder, bool(entry.get("holdout")), labels, source, batch))
     return runs
+
+
+def _labels(entry: Mapping[str, Any], path: Path) -> dict[str, Label]:
+    """kind -> :class:`Label` of one ``[[run]]`` entry (a :class:`DataError` names a bad kind)."""
+    labels = {}
+    for raw in entry.get("labels", []):
+        if raw.get("kind") not in KINDS:
+            raise DataError(f"{path}: run {entry.get('name')!r} has label kind {raw.get('kind')!r}; "
+                            f"kinds are {', '.join(KINDS)}")
+        labels[raw["kind"]] = Label(raw["kind"], int(raw["onset"]), str(raw["reason"]), raw.get("best"),
+                                    raw.get("key"))
+    return labels
+
+
+def load_eye_labels(folder: Path) -> dict[str, dict[str, Label]]:
+    """name -> labels of ``folder/eye-labels.toml``: the fresh runs labelled a second time, by reading their
+    curves without the written definitions, label_runs.py or any verdict ({} when there is no such file)."""
+    path = Path(folder) / "eye-labels.toml"
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise DataError(f"cannot read the eye labels {path}: {exc}") from None
+    return {str(entry["name"]): _labels(entry, path) for entry in data.get("run", [])}
 
 
 def import_corpus(runs: Iterable[RealRun], home: Path) -> dict[str, str]:
