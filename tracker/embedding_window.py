@@ -68,20 +68,36 @@ class Sums:
     def __post_init__(self) -> None:
         self.s1, self.s2, self.n1, self.n2 = (np.zeros(self.dim) for _ in range(4))
         self.g = np.zeros((self.dim, self.dim)) if self.gram else None
+        self._work: dict[str, np.ndarray] = {}
+
+    def _buffer(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """A float64 work array of ``shape``, a view of one kept across calls (grown by rows as needed):
+        no allocation per chunk, so no page faults and no ``munmap`` beside the training thread."""
+        found = self._work.get(name)
+        if found is None or found.shape[0] < shape[0]:
+            found = self._work[name] = np.empty(shape)
+        return found[: shape[0]]
 
     def update(self, blocks: list[np.ndarray], sign: float = 1.0) -> None:
         """Add (``sign=1``) or remove (``sign=-1``) the rows of ``blocks``."""
         for chunk in _chunks(blocks):
-            wide = chunk.astype(np.float64)
+            n = chunk.shape[0]
+            wide = self._buffer("wide", (n, self.dim))
+            np.copyto(wide, chunk)
             norms = np.sqrt(np.einsum("ij,ij->i", wide, wide))
-            unit = wide / np.maximum(norms, 1e-12)[:, None]
+            unit = self._buffer("unit", (n, self.dim))
+            np.divide(wide, np.maximum(norms, 1e-12)[:, None], out=unit)
             self.s1 += sign * wide.sum(axis=0)
             self.s2 += sign * np.einsum("ij,ij->j", wide, wide)
             self.n1 += sign * unit.sum(axis=0)
             self.n2 += sign * np.einsum("ij,ij->j", unit, unit)
             if self.g is not None:
-                self.g += sign * (wide.T @ wide)
-            self.count += int(sign) * chunk.shape[0]
+                product = np.matmul(wide.T, wide, out=self._buffer("gram", (self.dim, self.dim)))
+                if sign > 0:
+                    self.g += product
+                else:
+                    self.g -= product
+            self.count += int(sign) * n
 
     def result(self, gamma: float, blocks: list[np.ndarray] | None = None) -> dict[str, float]:
         """The statistics of the rows summed (``blocks``: the rows themselves, for ``z z^T`` when W < D)."""
