@@ -27,18 +27,17 @@ def _pct(x: float) -> str:
     return f"{100 * x:+.2f}%"
 
 
-def report(results: Results, first: dict[str, dict[str, Any]], args: argparse.Namespace,
-           settings: Sequence[str]) -> None:
+def report(results: Results, args: argparse.Namespace, settings: Sequence[str]) -> None:
     """Print every figure of the bench (see its module doc)."""
     print()
     print_settings(results, args, settings)
     print_steps(results, settings)
     print_overheads(results)
-    print_like_with_like(results, first, settings)
+    print_like_with_like(results, settings)
     from tracker.integrations.ultralytics import FLUSH_INTERVAL_S
 
     print_measured(results, args.flush_interval or FLUSH_INTERVAL_S)
-    print_threads(results, first)
+    print_threads(results)
 
 
 def print_settings(results: Results, args: argparse.Namespace, settings: Sequence[str]) -> None:
@@ -101,7 +100,7 @@ def print_overheads(results: Results) -> None:
         print(f"  {a} vs {b} (target <= {target:.0f}%): " + "; ".join(parts))
 
 
-def print_like_with_like(results: Results, first: dict[str, dict[str, Any]], settings: Sequence[str]) -> None:
+def print_like_with_like(results: Results, settings: Sequence[str]) -> None:
     """Whether every setting trained on the same batches to the same losses (bit for bit)."""
     ref = results[settings[0]][0]["losses"]
     worst, same = 0.0, True
@@ -140,7 +139,7 @@ def print_measured(results: Results, flush_interval: float) -> None:
           "(target <= 3%)")
 
 
-def print_threads(results: Results, first: dict[str, dict[str, Any]]) -> None:
+def print_threads(results: Results) -> None:
     """The CPU of the threads that are not the training's, per 100 steps (load-independent)."""
     for s in ("track", "assign"):
         n = sum(len(r["steps"]) for r in results[s])
@@ -150,7 +149,5 @@ def print_threads(results: Results, first: dict[str, dict[str, Any]]) -> None:
         bg = background(per)
         parts = ", ".join(f"{k} {1000 * v * 100 / n:.1f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])
                           if k != "main" and not k.startswith("native:") and v > 0)
-        warm = first[s]
         print(f"  background threads ({s}): {1000 * bg * 100 / n:.1f} ms CPU per 100 steps, "
-              f"{100 * bg / wall:.2f}% of the wall time ({parts or 'none'}); first training of the process "
-              f"(untimed): {1000 * background(warm['threads']) * 100 / max(len(warm['steps']), 1):.1f}")
+              f"{100 * bg / wall:.2f}% of the wall time ({parts or 'none'})")

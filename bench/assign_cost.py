@@ -373,9 +373,8 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in SETTINGS}
     baseline = {t.ident for t in threading.enumerate()}
     gc_timer = GcTimer()
-    first: dict[str, dict[str, Any]] = {}
     for setting in SETTINGS:  # the untimed block: one-time imports of the process
-        first[setting] = train_once(setting, warm, args, workdir, "warmup", gc_timer)
+        train_once(setting, warm, args, workdir, "warmup", gc_timer)
         _restore_probes()
         settle(baseline)
     waited: dict[str, float] = {s: 0.0 for s in SETTINGS}
@@ -392,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
               f"processes {1000 * sum(results[s][-1]['others_cpu'] for s in SETTINGS) / steps:.0f} ms CPU/step)",
               flush=True)
     gc_timer.close()
-    report(results, first, args, SETTINGS)
+    report(results, args, SETTINGS)
     print_bookkeeping(args)
     print("  threads left running after a training, waited for: " + ", ".join(
         f"{s} {waited[s] / args.blocks:.2f} s" for s in SETTINGS))

@@ -64,13 +64,20 @@ def metrics_table(ident: tuple[str, int, int], buf: Sequence[MetricRow]) -> pa.T
 
 
 def class_table(ident: tuple[str, int, int], cbuf: Sequence[ClassRow]) -> pa.Table:
-    """Per-class rows (one per key, step and class)."""
+    """Per-class rows (one per key, step and class). The key column is built from one code per
+    vector (a dictionary cast to strings in Arrow), not from a Python string per row."""
     sizes = np.fromiter((r[3].size for r in cbuf), np.int64, len(cbuf))
     steps = np.repeat(np.fromiter((r[0] for r in cbuf), np.int64, len(cbuf)), sizes)
     walls = np.repeat(np.fromiter((r[1] for r in cbuf), np.float64, len(cbuf)), sizes)
-    cls = np.concatenate([np.arange(r[3].size, dtype=np.int32) for r in cbuf])
+    if len(cbuf) and (sizes == sizes[0]).all():  # the usual case: every vector one per class
+        cls = np.tile(np.arange(sizes[0], dtype=np.int32), len(cbuf))
+    else:
+        cls = np.concatenate([np.arange(r[3].size, dtype=np.int32) for r in cbuf])
     vals = np.concatenate([r[3] for r in cbuf])
-    keys = pa.array(np.repeat(np.array([r[2] for r in cbuf], dtype=object), sizes), pa.string())
+    key_index: dict[str, int] = {}
+    codes = np.fromiter((key_index.setdefault(r[2], len(key_index)) for r in cbuf), np.int32, len(cbuf))
+    keys = pa.DictionaryArray.from_arrays(pa.array(np.repeat(codes, sizes)),
+                                          pa.array(list(key_index), pa.string())).cast(pa.string())
     n = int(sizes.sum())
     cols = const_columns(*ident, n) + [pa.array(steps), keys, pa.array(cls), pa.array(vals), pa.array(walls)]
     return pa.Table.from_arrays(cols, schema=CLASS_SCHEMA)
