@@ -35,6 +35,7 @@ pytestmark = pytest.mark.slow
 EPOCHS, BATCH, RFS = 2, 8, 0.2
 WEIGHTED = {"scheme": "effective_number", "beta": 0.99}
 KILL_AT = (1, 1)  # epoch index, batch index
+KILLED_FLUSH_S = 1.0  # the killed run's flush interval (the plain run keeps track()'s default)
 
 
 @dataclass
@@ -64,10 +65,11 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     try:
         plain = TrainSpec(name="plain", **common)
         assert run_child(plain, home, log=logs, extra_env=env) == 0, (workdir / "children.log").read_text()[-3000:]
+        # the killed run flushes every second, so that waiting out two flushes before the kill takes 3 s, not 11
         weighted = TrainSpec(name="weighted", loss="class_weighted_bce", loss_params=WEIGHTED, rfs_threshold=RFS,
-                             pause_at=KILL_AT, **common)
+                             pause_at=KILL_AT, flush_interval=KILLED_FLUSH_S, **common)
         killed = run_child(weighted, home, log=logs, extra_env=env,
-                           kill_after_pause_s=2 * FLUSH_INTERVAL_S + 1.0)  # > 2 flushes
+                           kill_after_pause_s=2 * KILLED_FLUSH_S + 1.0)  # > 2 flushes
         resumed = TrainSpec(**{**weighted.__dict__, "pause_at": None, "resume": True})
         assert run_child(resumed, home, log=logs, extra_env=env) == 0, (workdir / "children.log").read_text()[-3000:]
     finally:

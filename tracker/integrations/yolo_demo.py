@@ -49,6 +49,7 @@ class TrainSpec:
     seed: int = 0
     optimizer: str = "AdamW"
     lr0: float = 0.003
+    flush_interval: float | None = None  # track()'s flush_interval; None: its default
 
 
 def child_env(workdir: str | Path, home: str | Path) -> dict[str, str]:
@@ -123,7 +124,8 @@ def train(spec: TrainSpec) -> None:
     runs = Path(spec.workdir) / "runs"
     trainer = repeat_factor_trainer(threshold=spec.rfs_threshold) if spec.rfs_threshold else None
     model = YOLO(str(runs / spec.name / "weights" / "last.pt") if spec.resume else "yolo11n.yaml")
-    track(model, project=spec.project, name=spec.name, loss=spec.loss, **spec.loss_params)
+    flush = {} if spec.flush_interval is None else {"flush_interval": spec.flush_interval}
+    track(model, project=spec.project, name=spec.name, loss=spec.loss, **flush, **spec.loss_params)
     if spec.pause_at is not None:
         start, end = _pause_callback(spec)
         model.add_callback("on_train_epoch_start", start)
