@@ -31,14 +31,16 @@ Rules:
   hold the samples of its next evaluation: ``every`` new samples (default
   ``window // 25`` = 1,024; the first once the window holds
   ``min(window, max(2 * D, 256))``). Then it takes them (a window at most), puts
-  them into the window in a few large numpy calls (batches concatenated into blocks
-  of about 4,096 rows; numpy releases the GIL inside each) and evaluates once, at
+  them into the window in a few large numpy calls (batches regrouped into blocks
+  of 256 to 4,096 rows, about 50 ms of work each, fewer rows as D grows; numpy
+  releases the GIL inside each; once ``finish()`` began the worker stops after the
+  block it is on) and evaluates once, at
   the newest batch's step: at most one evaluation per look and per ``every``
   samples, so a fast loop or a worker that fell behind gets fewer evaluations,
   each on the window that ends at the step it is logged at. A look that finds
-  nothing due holds the GIL for a few microseconds. ``wait(run)`` makes the worker take
-  whatever is queued (tests, benchmarks: the evaluations then fall each ``every``
-  samples whatever the pace).
+  nothing due holds the GIL for a few microseconds. ``wait(run)`` makes the worker
+  take whatever is queued (tests, benchmarks: the evaluations then fall each
+  ``every`` samples whatever the pace).
 * Bounded memory: a worker that falls behind by more than 1.5 windows has its
   oldest queued samples dropped (they would leave the window unread) down to one
   window, by the training thread (no lock: each batch is popped once, by one of the
@@ -56,7 +58,7 @@ Rules:
   :mod:`tracker.analysis.collapse`; ``config["analysis"]["collapse"]`` tunes or
   turns it off) judges the new points; its events are recorded with the run's.
 * ``finish()`` logs the last statistics before the last flush: it stops the worker
-  (which finishes the batch it is on, within half the logger timeout
+  (which finishes the block it is on, within half the logger timeout
   ``tracker_logger_timeout``; past it the worker's results are dropped) and, on its
   own thread, puts the newest ``max(every, min samples)`` rows still queued into
   the window and evaluates it once.
