@@ -348,7 +348,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--blocks", type=int, default=BLOCKS, help=f"timed blocks of the three settings "
                         f"(default {BLOCKS})")
     parser.add_argument("--images", type=int, default=IMAGES, help="training images: steps per training = images / "
-                        f"batch (default {IMAGES}: 150 steps, 147 timed, 2-3 of track()'s 5 s flushes)")
+                        f"batch (default {IMAGES}: 150 steps, 146 timed, 2-3 of track()'s 5 s flushes)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--imgsz", type=int, default=64)
     parser.add_argument("--device", default="cpu")
