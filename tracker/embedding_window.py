@@ -191,6 +191,7 @@ class Window:
                 self.non_finite += int((~good).sum())
                 block = block[good]
             blocks.append(np.asarray(block, dtype=np.float32))
+        came = sum(block.shape[0] for block in blocks)  # all count towards the next evaluation
         blocks = _newest(blocks, self.window)
         n = sum(block.shape[0] for block in blocks)
         evicted = max(0, self.filled + n - self.window)
@@ -204,7 +205,7 @@ class Window:
             self._write(block)
         self.sums.update(blocks)
         self.filled += n
-        self.since += n
+        self.since += came
         self.added += n
         if self.added >= REFRESH * self.window:
             self.added = 0
@@ -224,7 +225,8 @@ class Window:
         self.head = end % self.window
 
     def skip(self, rows: int) -> None:
-        """Forget the oldest samples that ``rows`` newer ones, dropped unread, would have pushed out."""
+        """Forget the oldest samples that ``rows`` newer ones, dropped unread, would have pushed out
+        (they count towards the next evaluation: ``every`` counts the samples that came)."""
         keep = max(0, min(self.filled, self.window - rows))
         if keep == 0 and self.filled:
             self.sums = Sums(self.dim, gram=self.window >= self.dim)
@@ -232,6 +234,7 @@ class Window:
         elif keep < self.filled:
             self.sums.update(self._oldest(self.filled - keep), -1.0)
             self.filled = keep
+        self.since += rows
         self.dropped += rows
 
     def blocks(self) -> list[np.ndarray]:

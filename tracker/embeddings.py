@@ -28,9 +28,10 @@ Rules:
 
 * The cadence. The worker looks at the queues every 20 ms while copies come
   (:data:`POLL_S`; 0.32 s once they stop) and leaves a key's copies queued until they
-  hold the samples of its next evaluation: ``every`` new samples (default
-  ``window // 25`` = 1,024; the first once the window holds
-  ``min(window, max(2 * D, 256))``). Then it takes them (a window at most), puts
+  hold the samples of its next evaluation (a window's worth at most): ``every`` new
+  samples (default ``window // 25`` = 1,024; samples dropped unread count too; the
+  first once the window holds ``min(window, max(2 * D, 256))``). Then it takes them
+  (a window at most), puts
   them into the window in a few large numpy calls (batches regrouped into blocks
   of 256 to 4,096 rows, about 50 ms of work each, fewer rows as D grows; numpy
   releases the GIL inside each; once ``finish()`` began the worker stops after the
@@ -221,7 +222,8 @@ class EmbeddingMonitor:
                 dropped, slot.skipped = slot.dropped - slot.skipped, slot.dropped
                 state.skip(dropped)
                 slot.done += dropped
-            need = max(state.every - state.since, state.min_samples - state.filled, 1)
+            # the rows of its next evaluation, a window at most (``every`` may exceed what the queue holds)
+            need = min(max(state.every - state.since, state.min_samples - state.filled, 1), state.window)
             if not queue or (not everything and slot.queued() < need):
                 continue
             items, rows, limit = [], 0, math.inf if self._closed else state.window

@@ -294,3 +294,23 @@ def test_a_worker_behind_leaves_the_training_thread_alone_and_memory_bounded(
     run.finish()
     last = tracker.query("SELECT max(step) AS s FROM curves WHERE key = 'z/std'")["s"][0]
     assert last == 399  # the newest rows still make the last statistics
+
+
+def test_an_evaluation_due_after_more_than_a_window_still_comes() -> None:
+    import time
+
+    run = tracker.init("emb")
+    z = np.random.default_rng(9).normal(size=(16, 4)).astype(np.float32)
+    for step in range(5):  # 80 rows: more than the window, fewer than `every` and than the queue's bound (96)
+        run.log_embeddings("z", z, step=step, window=64, every=200)
+    slot = run._embeddings._slots["z"]
+    deadline = time.monotonic() + 5.0
+    while slot.taken == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert slot.taken >= 64 and slot.dropped == 0  # the worker took a window's worth without being asked
+    for step in range(5, 13):
+        run.log_embeddings("z", z, step=step)
+    assert wait(run)
+    run.finish()
+    steps = tracker.query("SELECT step FROM curves WHERE key = 'z/std' ORDER BY step")["step"].to_list()
+    assert steps == [12]  # 208 rows: the first evaluation once 200 came
