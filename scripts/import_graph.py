@@ -63,7 +63,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # conformance checks, the torch bridge; no run, no store
     ("tracker.pure", ("tracker.coco", "tracker.coco.*", "tracker.weights", "tracker.sampling",
                       "tracker.assign", "tracker.losses", "tracker.pairterms", "tracker.embedding_window",
-                      "tracker.torch", "tracker.torch_ssl", "tracker.testing", "tracker.testing.*")),
+                      "tracker.embedding_slot", "tracker.torch", "tracker.torch_ssl", "tracker.testing", "tracker.testing.*")),
     # the spool (crash-safe files under TRACKER_HOME) and what reads or plans from it alone
     ("tracker.spool", ("tracker.spool", "tracker.spoolcheck", "tracker.runplan", "tracker.runtables")),
     # the store behind one interface (local DuckDB, DuckLake) and the fork rules it applies
