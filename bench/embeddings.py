@@ -278,7 +278,8 @@ def main() -> None:
     print("the copy: " + "; ".join(f"{kind}: {COPY[kind]}" for kind in _kinds()) + ", into a buffer allocated once")
     print(f"{'':29}{'per call, us (median / mean)':^38} | {'training step, ms (median / mean)':^46} |")
     print(f"{'N x D':>12} {'input':>10} {'steps':>5} {'copy':>13} {'log_embeddings':>16} {'ratio':>6} | "
-          f"{'no call':>13} {'copy':>13} {'log_embeddings':>15}  {'extra':>5} | {'evals':>5} {'dropped':>8} {'late':>4}")
+          f"{'no call':>13} {'copy':>13} {'log_embeddings':>15}  {'extra':>5} | {'evals':>5} {'dropped':>8} "
+          f"{'late':>4}")
     for n, d in SHAPES[:2] if quick else SHAPES:
         steps = _steps(n, d, quick)
         for kind, make in _kinds().items():

@@ -33,7 +33,7 @@ Rules:
   first once the window holds ``min(window, max(2 * D, 256))``). Then it takes them
   (a window at most), puts
   them into the window in a few large numpy calls (batches regrouped into blocks
-  of 256 to 4,096 rows, about 50 ms of work each, fewer rows as D grows; numpy
+  of 256 to 4,096 rows, at most about 50 ms of work each, fewer as D grows; numpy
   releases the GIL inside each; once ``finish()`` began the worker stops after the
   block it is on) and evaluates once, at
   the newest batch's step: at most one evaluation per look and per ``every``
@@ -78,7 +78,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tracker.embedding_slot import Slot, fast_path
-from tracker.embedding_window import CHUNK_ROWS, Window, rankme, statistics  # noqa: F401  (rankme, statistics: public here)
+from tracker.embedding_window import CHUNK_ROWS, Window
+from tracker.embedding_window import rankme, statistics  # noqa: F401  (public here)
 from tracker.errors import ConfigError, RunError
 
 log = logging.getLogger(__name__)

@@ -226,7 +226,8 @@ def test_a_warm_call_takes_the_bound_fast_path_and_anything_else_the_checked_one
     run.log_embeddings("z", z, step=0)
     checked: list[str] = []
     prepare = EmbeddingMonitor._prepare
-    monkeypatch.setattr(EmbeddingMonitor, "_prepare", lambda self, key, *a: checked.append(key) or prepare(self, key, *a))
+    monkeypatch.setattr(EmbeddingMonitor, "_prepare",
+                        lambda self, key, *a: checked.append(key) or prepare(self, key, *a))
     slot = run._embeddings._slots["z"]
     run.log_embeddings("z", z * 2, step=1)
     run.log_embeddings("z", z * 3)  # no step: the run's last step
