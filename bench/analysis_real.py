@@ -46,6 +46,7 @@ sys.path[:] = [p for p in sys.path if p not in ("", _HERE) and not p.endswith("/
 
 import argparse  # noqa: E402
 import tempfile  # noqa: E402
+import tomllib  # noqa: E402
 from dataclasses import replace  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -171,15 +172,18 @@ def _by_eye(runs: list[Any], *found: dict[str, dict[str, Detection]]) -> None:
               + (f"   definitions only: {', '.join(defs)}" if defs else "")
               + (f"   eye only: {', '.join(eyes)}" if eyes else ""))
     print()
+    clear = {str(e["name"]) for e in tomllib.loads((CORPUS / "eye-labels.toml").read_text())["run"]
+             if e.get("confidence") == "clear"}
     titles = ("findings", "the online detectors' events", "overfitting as first told at every epoch (no hindsight)")
-    for what, title in zip(found, titles):
-        scored = score(fresh, what)["fresh"]
-        if title.startswith("overfitting"):
-            scored = {"overfitting": scored["overfitting"]}
-        elif title.startswith("the online"):
-            scored = {k: v for k, v in scored.items() if k in ONLINE_KINDS}
-        print(format_table(scored, f"held-out runs, fresh, labelled by eye: {title}"))
-        print()
+    for subset, which in ((fresh, ""), ([r for r in fresh if r.name in clear], " read as clear")):
+        for what, title in zip(found, titles):
+            scored = score(subset, what)["fresh"]
+            if title.startswith("overfitting"):
+                scored = {"overfitting": scored["overfitting"]}
+            elif title.startswith("the online"):
+                scored = {k: v for k, v in scored.items() if k in ONLINE_KINDS}
+            print(format_table(scored, f"held-out runs, fresh, labelled by eye ({len(subset)}{which}): {title}"))
+            print()
 
 
 def main() -> None:
