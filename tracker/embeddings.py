@@ -35,7 +35,8 @@ Rules:
   them into the window in a few large numpy calls (batches regrouped into blocks
   of 256 to 4,096 rows, at most about 50 ms of work each, fewer as D grows; numpy
   releases the GIL inside each; once ``finish()`` began the worker stops after the
-  block it is on) and evaluates once, at
+  group of batches it is on and puts the rest back at the queue's head) and evaluates
+  once, at
   the newest batch's step: at most one evaluation per look and per ``every``
   samples, so a fast loop or a worker that fell behind gets fewer evaluations,
   each on the window that ends at the step it is logged at. A look that finds
@@ -59,7 +60,7 @@ Rules:
   :mod:`tracker.analysis.collapse`; ``config["analysis"]["collapse"]`` tunes or
   turns it off) judges the new points; its events are recorded with the run's.
 * ``finish()`` logs the last statistics before the last flush: it stops the worker
-  (which finishes the block it is on, within half the logger timeout
+  (which finishes the group of batches it is on, within half the logger timeout
   ``tracker_logger_timeout``; past it the worker's results are dropped) and, on its
   own thread, puts the newest ``max(every, min samples)`` rows still queued into
   the window and evaluates it once.
@@ -258,16 +259,19 @@ class EmbeddingMonitor:
         False when there were none."""
         taken = self._take(everything)
         for slot, items in taken:
-            state = slot.state
+            state, left = slot.state, []
             try:
                 if state.key not in self._recorded:
                     self._recorded.add(state.key)
                     self._record_config()
                 with _one_blas_thread():
-                    self._process(state, items)
+                    left = self._process(state, items)
             except Exception:  # the worker must survive anything
                 log.exception("tracker: embedding statistics of %s in run %s failed", state.key, self.run.run_id)
-            slot.done += sum(item[2] for item in items)
+            if left:  # back at the queue's head, in order, for close()
+                slot.queue.extendleft(reversed(left))
+                slot.taken -= sum(item[2] for item in left)
+            slot.done += sum(item[2] for item in items) - sum(item[2] for item in left)
             with self._lock:
                 self._done.notify_all()
         if not taken and everything:
@@ -275,15 +279,16 @@ class EmbeddingMonitor:
                 self._done.notify_all()
         return bool(taken)
 
-    def _process(self, state: Window, items: list[tuple[int, Any, int, deque[Any]]]) -> None:
+    def _process(self, state: Window, items: list[tuple[int, Any, int, deque[Any]]]) -> list[Any]:
         """Add ``items`` to the window in a few large numpy calls (small batches concatenated into
         blocks of 256 to CHUNK_ROWS rows, fewer as D grows: the worker holds the GIL only between
-        them, and once finish() began it stops after the block it is on), then
+        them, and once finish() began it stops after the group of batches it is on), then
         evaluate once, at the newest batch's step, if ``every`` samples came since the last
         evaluation: at most one evaluation per take, so a worker behind evaluates as often as it
-        can, never more than every ``every`` samples."""
+        can, never more than every ``every`` samples. Returns the batches it left for close()
+        (finish() began while it worked), oldest first."""
         if self._abandoned:
-            return
+            return []
         if self._closed:  # finishing: only the newest go in
             keep, rows = max(state.every, state.min_samples), 0
             for i in range(len(items) - 1, -1, -1):
@@ -294,17 +299,26 @@ class EmbeddingMonitor:
             for _, buf, _, free in items[:i]:
                 free.append(buf)
             items = items[i:]
-        blocks = _blocks([_as_matrix(item[1]) for item in items], max(256, min(CHUNK_ROWS, 2**28 // state.dim**2)))
+        size = max(256, min(CHUNK_ROWS, 2**28 // state.dim**2))
+        groups: list[list[tuple[int, Any, int, deque[Any]]]] = [[]]
+        held = 0
+        for item in items:  # whole batches per group of about ``size`` rows
+            groups[-1].append(item)
+            held += item[2]
+            if held >= size:
+                groups.append([])
+                held = 0
         stopping = threading.current_thread() is self._thread
-        for i, block in enumerate(blocks):
-            if stopping and self._closed:  # finish() began: leave the rest to it, dropped unread
-                state.skip(sum(b.shape[0] for b in blocks[i:]))
-                break
-            state.add(block)
-        for _, buf, _, free in items:  # their rows are in the window now (or skipped)
-            free.append(buf)
+        for g, group in enumerate(groups):
+            if stopping and self._closed:  # finish() began: the rest goes back, close() takes the newest
+                return [item for rest in groups[g:] for item in rest]
+            for block in _blocks([_as_matrix(item[1]) for item in group], size):
+                state.add(block)
+            for _, buf, _, free in group:  # their rows are in the window now
+                free.append(buf)
         if state.due() and not (stopping and self._closed):
             self._evaluate(state, items[-1][0])
+        return []
 
     def _evaluate(self, state: Window, step: int) -> bool:
         """Evaluate the window and log the statistics at ``step``; False once the run is finished.

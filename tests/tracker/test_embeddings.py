@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -315,3 +316,37 @@ def test_an_evaluation_due_after_more_than_a_window_still_comes() -> None:
     run.finish()
     steps = tracker.query("SELECT step FROM curves WHERE key = 'z/std' ORDER BY step")["step"].to_list()
     assert steps == [12]  # 208 rows: the first evaluation once 200 came
+
+
+def test_a_finish_while_the_worker_holds_batches_still_logs_the_last_statistics(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """finish() begins right after the worker took the first 64 rows and before it put them in the
+    window: they go back to close(), which logs the statistics at the last step (they used to be
+    dropped unread, leaving close() too few rows for any statistics)."""
+    import contextlib
+    import time
+
+    import tracker.embeddings as embeddings
+
+    took, closing = threading.Event(), []
+
+    @contextlib.contextmanager
+    def held_until_finish() -> Any:
+        if threading.current_thread().name.startswith("tracker-embeddings") and not took.is_set():
+            took.set()  # the worker holds its batches now; let finish() begin before it goes on
+            deadline = time.monotonic() + 5.0
+            while not closing[0]._closed and time.monotonic() < deadline:
+                time.sleep(0.005)
+        yield
+
+    monkeypatch.setattr(embeddings, "_one_blas_thread", held_until_finish)
+    run = tracker.init("emb", system=False, config={"analysis": False})
+    rng = np.random.default_rng(0)
+    for step in range(12):  # 96 rows: the worker takes the first 64 once they are queued
+        run.log_embeddings("out", rng.normal(size=(8, 3)), step=step, window=64, every=16)
+        if step == 7:
+            closing.append(run._embeddings)
+            assert took.wait(5.0)
+    run.finish()
+    steps = tracker.query("SELECT step FROM curves WHERE run_id = ? AND key = 'out/rankme'", [run.run_id])["step"]
+    assert steps.to_list() == [11]  # the newest 64 rows, evaluated once by close()
