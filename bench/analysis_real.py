@@ -46,7 +46,6 @@ sys.path[:] = [p for p in sys.path if p not in ("", _HERE) and not p.endswith("/
 
 import argparse  # noqa: E402
 import tempfile  # noqa: E402
-import tomllib  # noqa: E402
 from dataclasses import replace  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -157,7 +156,7 @@ def _by_eye(runs: list[Any], *found: dict[str, dict[str, Detection]]) -> None:
     """The fresh runs scored against their labels read by eye (``eye-labels.toml``), and how the two label
     sets agree: the definitions' labels and the verdicts share a rule, the eye's labels share nothing."""
     eye = load_eye_labels(CORPUS)
-    fresh = [replace(r, labels=eye[r.name]) for r in runs if r.part == "fresh" and r.name in eye]
+    fresh = [replace(r, labels=eye[r.name].labels) for r in runs if r.part == "fresh" and r.name in eye]
     if not fresh:
         print("no eye labels for the fresh runs (tests/data/real_runs/eye-labels.toml)\n")
         return
@@ -172,8 +171,7 @@ def _by_eye(runs: list[Any], *found: dict[str, dict[str, Detection]]) -> None:
               + (f"   definitions only: {', '.join(defs)}" if defs else "")
               + (f"   eye only: {', '.join(eyes)}" if eyes else ""))
     print()
-    clear = {str(e["name"]) for e in tomllib.loads((CORPUS / "eye-labels.toml").read_text())["run"]
-             if e.get("confidence") == "clear"}
+    clear = {name for name, read in eye.items() if read.clear}
     titles = ("findings", "the online detectors' events", "overfitting as first told at every epoch (no hindsight)")
     for subset, which in ((fresh, ""), ([r for r in fresh if r.name in clear], " read as clear")):
         for what, title in zip(found, titles):

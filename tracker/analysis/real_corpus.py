@@ -107,9 +107,18 @@ def _labels(entry: Mapping[str, Any], path: Path) -> dict[str, Label]:
     return labels
 
 
-def load_eye_labels(folder: Path) -> dict[str, dict[str, Label]]:
-    """name -> labels of ``folder/eye-labels.toml``: the fresh runs labelled a second time, by reading their
-    curves without the written definitions, label_runs.py or any verdict ({} when there is no such file)."""
+@dataclass
+class EyeLabels:
+    """One run's labels read by eye, and whether the reading was ``clear`` (else borderline)."""
+
+    labels: dict[str, Label]
+    clear: bool
+
+
+def load_eye_labels(folder: Path) -> dict[str, EyeLabels]:
+    """name -> :class:`EyeLabels` of ``folder/eye-labels.toml``: the fresh runs labelled a second time, by
+    reading their curves without the written definitions, label_runs.py or any verdict ({} when there is
+    no such file)."""
     path = Path(folder) / "eye-labels.toml"
     if not path.exists():
         return {}
@@ -117,7 +126,8 @@ def load_eye_labels(folder: Path) -> dict[str, dict[str, Label]]:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise DataError(f"cannot read the eye labels {path}: {exc}") from None
-    return {str(entry["name"]): _labels(entry, path) for entry in data.get("run", [])}
+    return {str(entry["name"]): EyeLabels(_labels(entry, path), entry.get("confidence") == "clear")
+            for entry in data.get("run", [])}
 
 
 def import_corpus(runs: Iterable[RealRun], home: Path) -> dict[str, str]:
