@@ -12,7 +12,7 @@ $(VENV)/bin/python:
 	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml $(VENV)/bin/python
-	$(PY) -m pip install -q -e '.[dev,webui,vulkan,ultralytics,lightning,import,cluster]'
+	$(PY) -m pip install -q --no-cache-dir -e '.[dev,webui,vulkan,ultralytics,lightning,import,cluster]'
 	touch $(STAMP)
 
 apt:
