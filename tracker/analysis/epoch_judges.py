@@ -12,7 +12,11 @@ about. Defaults and why are in :mod:`tracker.analysis.epoch_specs`.
   definition on the history as it stands).
 * ``metric_collapse``: a metric at zero (<= ``floor``) for the last ``patience``
   points after having been above it, or at zero for the first ``never_patience``
-  points and every one since.
+  points and every one since. Decided on the history as it stands (a metric back
+  above zero by the last point has not collapsed) and told at the first step the same
+  stretch sufficed. A metric whose peak before the fall is below ``min_peak`` was
+  never learnt, and one that came back from ``patience`` zeros before (after it had
+  first left zero) flickers (a validation set of a few images): neither collapses.
 * ``zero_loss``: a loss exactly 0 for ``patience`` points in a row while its twin is
   not: a train loss (no target or positive ever reached it in training) or a
   validation loss (the validation images have no targets: the metrics are 0 too; a
@@ -32,7 +36,8 @@ about. Defaults and why are in :mod:`tracker.analysis.epoch_specs`.
   confidence is how constant those steps are. With the config's ``patience``, a
   stop ``patience`` epochs after the best fitness epoch is early stopping (info),
   any other is cut short (warning).
-* ``epoch_divergence``: a train loss above ``factor`` times its minimum so far for
+* ``epoch_divergence``: a train loss above ``factor`` times its minimum so far (of its
+  running median of 3: a one-epoch dip is no minimum) for
   ``patience`` points in a row, having climbed back at least ``min_span`` of the way
   it had fallen before that minimum (a loss near zero that doubles from 0.03 to 0.06
   after falling from 1.2 is noise, not a divergence).
@@ -81,12 +86,38 @@ class MetricCollapse:
         p = ctx.params
         self.min_points, self.patience = int(p["min_points"]), int(p["patience"])
         self.never_patience, self.floor = int(p["never_patience"]), float(p["floor"])
+        self.min_peak = float(p["min_peak"])
 
     def judge(self, history: History) -> list[Event]:
-        """The collapse event, if any."""
-        if not history.metrics:
+        """The collapse event, if any: decided on the history as it stands (a metric back above zero
+        by its last point has not collapsed), told at the first step the same zero stretch sufficed."""
+        if not history.metrics or history.steps.size < self.min_points:
             return []
-        return replay(history, self.min_points, self._check)
+        now = self._check(history)
+        if now is None:
+            return []
+        onset = now.data.get("onset")
+        for step in history.steps:
+            then = self._check(history.upto(int(step)))
+            if then is not None and then.data.get("onset") == onset:
+                return [then]
+        return [now]
+
+    def _flickers(self, zero: np.ndarray, end: int) -> bool:
+        """Whether ``zero[:end]`` holds a stretch of ``patience`` zeros after the metric was above zero,
+        that a value above zero followed: a metric that came back from zero before (a validation set
+        of a few images) says nothing by going to zero again. Zeros before it first left zero (the
+        first epochs) are no such stretch."""
+        above = np.flatnonzero(~zero[:end])
+        run = 0
+        for is_zero in zero[int(above[0]) if above.size else end:end]:
+            if is_zero:
+                run += 1
+            else:
+                if run >= self.patience:
+                    return True
+                run = 0
+        return False
 
     def _check(self, h: History) -> Event | None:
         fell, never = [], []
@@ -102,6 +133,8 @@ class MetricCollapse:
                 never.append((key, int(s[0]), z))
             elif z < v.size and z >= self.patience:
                 i = int(np.argmax(v[: v.size - z]))
+                if float(v[i]) < self.min_peak or self._flickers(zero, v.size - z):
+                    continue
                 fell.append((key, int(s[v.size - z]), z, float(v[i]), int(s[i])))
         step = int(h.steps[-1])
         if fell:
@@ -315,10 +348,11 @@ class EpochDivergence:
             if v.size <= self.patience:
                 continue
             before, recent = v[: -self.patience], v[-self.patience:]
-            best = float(before.min())
+            low = _smooth(v)[: before.size]  # running median of 3: a one-epoch dip is no minimum
+            b = int(np.argmin(low))
+            best = float(low[b])
             if best <= ZERO or not np.all(recent > self.factor * best):
                 continue
-            b = int(np.argmin(before))
             fallen = float(before[: b + 1].max()) - best
             if float(recent.min()) - best < self.min_span * fallen:
                 continue

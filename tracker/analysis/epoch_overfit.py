@@ -1,6 +1,6 @@
 """The epoch judge ``overfitting``: a validation loss rising from its minimum while its train twin falls.
 
-The rule is the corpus' written label definition (``tests/data/real_runs/manifest.toml``,
+The rule is the corpus' written label definition, with three gates added (``tests/data/real_runs/manifest.toml``,
 "Label definitions", 1), applied to the history *as it stands*: the whole of a
 finished run, what has been logged so far of a running one. For a validation loss
 ``V`` with a train twin ``T`` (same name after ``val/`` and ``train/``):
@@ -13,7 +13,9 @@ finished run, what has been logged so far of a running one. For a validation los
   ``settled`` above it (a lasting rise, 5%: a late two-epoch blip is none), and that
   median's rise is at least ``give_back`` of ``V``'s smoothed range (5%: a loss that
   fell from 1.57 to 0.01 and wanders by 0.05 has given nothing back);
-* ``T``'s median after ``b`` is ``train_drop`` below ``T`` at ``b`` (0: below it);
+* ``T``'s median after ``b`` is ``train_drop`` below ``T`` at ``b`` (5%);
+* ``V``'s median is at least ``min_share`` of the sum of the medians of the run's
+  validation losses that have twins (15%: a term tiny in the run's own scale);
 * optional gates, off by default since the definition has none: ``metric_gain``
   (the run's fitness more than ``1 + metric_gain`` times its best up to ``b``: the
   minimum came before the model had learnt) and ``min_val_size`` (an accuracy's 1/N
@@ -31,7 +33,9 @@ verdict reads its whole curve.
 noisy ``V`` is: ``Phi(z)``, ``z`` the lasting rise over its standard error,
 ``1.25 sigma sqrt(1/n + 1/3)`` (the median of the ``n`` points after ``b`` against
 the median of 3 at ``b``), ``sigma`` the robust scale of ``V``'s point-to-point
-changes (``1.4826 MAD / sqrt 2``). ``min_confidence`` (default 0) can gate on it.
+changes (``1.4826 MAD / sqrt 2``). ``min_confidence`` (default 0.9) gates on it.
+The last three gates are not in the written definition: they were set on the labels
+read by eye (``tests/data/real_runs/eye-labels.toml``).
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class Overfitting:
         self.min_rise, self.settled, self.give_back = float(p["min_rise"]), float(p["settled"]), float(p["give_back"])
         self.train_drop, self.metric_gain = float(p["train_drop"]), float(p["metric_gain"])
         self.min_val_size, self.min_confidence = float(p["min_val_size"]), float(p["min_confidence"])
+        self.min_share = float(p["min_share"])
 
     def judge(self, history: History) -> list[Event]:
         """The overfitting event, if any (one per history: the largest lasting rise)."""
@@ -103,12 +108,21 @@ class Overfitting:
         size = _val_size(history)
         if size is not None and size < self.min_val_size:
             return []
+        pairs = self._material(history, pairs)
         rises = [r for r in (self.assess(history, v, t) for v, t in pairs) if r is not None]
         rises = [r for r in rises if not self._still_improving(history, r.best_step)]
         if not rises:
             return []
         rise = max(rises, key=lambda r: r.settled)
         return [self._found(history, rise, self._first_step(history, rise))]
+
+    def _material(self, h: History, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The pairs whose validation loss is at least ``min_share`` of the run's validation losses (medians)."""
+        if self.min_share <= 0 or len(pairs) < 2:
+            return pairs
+        level = {v: float(np.median(h.finite(v)[1])) if h.finite(v)[1].size else 0.0 for v, _ in pairs}
+        total = sum(x for x in level.values() if x > 0)
+        return [(v, t) for v, t in pairs if total > 0 and level[v] >= self.min_share * total]
 
     def assess(self, h: History, val: str, train: str, upto: int | None = None) -> Rise | None:
         """The rule on ``val`` and ``train`` as they stood at step ``upto`` (the last step when None)."""
