@@ -223,6 +223,8 @@ TWIN_OVERFITTING = DetectorSpec(
         Param("min_rise", 0.25, "the recent median is at least this fraction above the minimum", 0.0, None),
         Param("alpha", 0.05, "Mann-Kendall significance of the rise since the minimum", 1e-6, 0.5),
         Param("train_drop", 0.05, "the train twin fell at least this fraction since the minimum", 0.0, 1.0),
+        Param("min_share", 0.15, "the validation loss's median at least this fraction of the sum of the "
+              "validation losses' medians (a term tiny in the run's own scale: no verdict)", 0.0, 1.0),
     ),
 )
 
