@@ -71,7 +71,9 @@ precision and recall >= 0.95 per detector):
     definition's rule) and ``min_rise=0.25``: on the fault corpus' tuning seeds
     0.1-0.2 also flagged a healthy-labelled run whose validation loss rose 24% and
     stayed (the labels call a rise of 25% by the end overfitting); 0.3 missed a
-    labelled one.
+    labelled one. The minimum is the running median of 3's, and ``min_share=0.15``
+    as in the epoch judge: a validation term under 15% of the run's validation
+    losses (YOLOv5 obj/cls, pose kobj) gets no verdict.
 ``overfitting``, ``metric_collapse``, ``zero_loss``, ``stopped_early``, ``epoch_divergence``
     the epoch judges over few-point histories (scope ``epochs``, ``tracker analyze``
     only): defaults and reasons in :mod:`tracker.analysis.epoch_specs`.

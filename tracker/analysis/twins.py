@@ -11,8 +11,9 @@ are the same either way.
 ``twin_overfitting`` judges causally while the run trains (defaults in
 :mod:`tracker.analysis.builtin`; the epoch judge ``overfitting`` of
 :mod:`tracker.analysis.epoch_overfit` reads a finished run's whole curve instead),
-at each point ``e`` of a validation loss ``V``, ``b`` the point of its minimum so
-far:
+at each point ``e`` of a validation loss ``V``, ``b`` the point of the minimum so
+far of its running median of 3 (a one-point dip is no minimum), ``V`` at least
+``min_share`` of the sum of the validation losses' medians:
 
 * ``V`` has ``min_points`` points, ``patience`` of them since ``b``; the median of
   its last ``window`` points is ``min_rise`` above ``V(b)``; Mann-Kendall finds it
