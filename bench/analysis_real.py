@@ -7,16 +7,17 @@ event) of the run's *findings* (the epoch judges, and the streams' first NaN/inf
 divergence) in three parts, apart (:data:`tracker.analysis.real_corpus.PARTS`):
 
 * **tuning** runs (``holdout = false``);
-* **held out, seen**: the held-out runs of batches 1-3, scored before and their
+* **held out, seen**: the held-out runs of batches 1-4, scored before and their
   misses read, so no longer a fair test;
-* **fresh**: held-out runs of batch ``FRESH_BATCH`` (4) on, only with ``--fresh``.
+* **fresh**: held-out runs of batch ``FRESH_BATCH`` (5) on, only with ``--fresh``.
   Without it those runs are not imported or judged at all: run ``--fresh`` once,
   when the batch is complete, for the honest held-out score.
 
-With ``--fresh``, the fresh runs are scored a second time against their labels read by eye
-(``eye-labels.toml``: read off the curves by someone who saw neither the written
-definitions, ``label_runs.py``'s labels nor any verdict), with a table of where the two
-label sets agree. The definitions' labels and the verdicts share a rule, so a verdict
+The held-out runs labelled by eye (batches 4 and 5; ``eye-labels.toml``: read off the
+curves by someone who saw neither the written definitions, ``label_runs.py``'s labels
+nor any verdict) are scored a second time against those labels, per part (batch 5 only
+with ``--fresh``; batch 4 is seen: the epoch judges' gates were set on its eye labels),
+with a table of where the two label sets agree. The definitions' labels and the verdicts share a rule, so a verdict
 that follows its definition scores well against them by construction; the eye's labels
 are the independent check.
 
@@ -80,7 +81,10 @@ GRID: dict[str, dict[str, list[Any]]] = {
     "stopped_early": {"min_remaining": [3, 2, 5], "min_fraction": [0.1, 0.05, 0.2], "decay_points": [3, 4, 6]},
     "epoch_divergence": {"factor": [1.25, 1.5, 2.0, 3.0], "patience": [1, 2, 3], "min_span": [0.0, 0.25, 0.5, 1.0]},
 }
-TITLES = {"tuning": "tuning runs", "holdout": "held-out runs, seen (batches 1-3: scored before, their misses read)",
+EYE_PART = {"fresh": f"held-out runs, fresh (batch {FRESH_BATCH} on)",
+            "holdout": f"held-out runs, seen (batch {FRESH_BATCH - 1}: the epoch judges' gates were set on its eye labels)"}
+TITLES = {"tuning": "tuning runs",
+          "holdout": f"held-out runs, seen (batches 1-{FRESH_BATCH - 1}: scored before, their misses read)",
           "fresh": f"held-out runs, fresh (batch {FRESH_BATCH} on: no verdict ran on them before)"}
 
 
@@ -153,35 +157,41 @@ def _print_five(shown: dict[str, Any]) -> None:
 
 
 def _by_eye(runs: list[Any], *found: dict[str, dict[str, Detection]]) -> None:
-    """The fresh runs scored against their labels read by eye (``eye-labels.toml``), and how the two label
-    sets agree: the definitions' labels and the verdicts share a rule, the eye's labels share nothing."""
+    """The held-out runs labelled by eye (``eye-labels.toml``) scored against those labels, per part (fresh:
+    no verdict ran on them before; seen: batch 4, on whose eye labels the judges' gates were set), and how
+    the two label sets agree: the definitions' labels and the verdicts share a rule, the eye's share nothing."""
     eye = load_eye_labels(CORPUS)
-    fresh = [replace(r, labels=eye[r.name].labels) for r in runs if r.part == "fresh" and r.name in eye]
-    if not fresh:
-        print("no eye labels for the fresh runs (tests/data/real_runs/eye-labels.toml)\n")
+    read = [replace(r, labels=eye[r.name].labels) for r in runs if r.holdout and r.name in eye]
+    if not read:
+        print("no eye labels for the held-out runs (tests/data/real_runs/eye-labels.toml)\n")
         return
     by_name = {r.name: r for r in runs}
-    print(f"fresh runs labelled by eye: {len(fresh)}; per kind, runs labelled by both / the definitions only / "
-          "the eye only:")
-    for kind in KINDS:
-        both = [r.name for r in fresh if kind in r.labels and kind in by_name[r.name].labels]
-        defs = [r.name for r in fresh if kind not in r.labels and kind in by_name[r.name].labels]
-        eyes = [r.name for r in fresh if kind in r.labels and kind not in by_name[r.name].labels]
-        print(f"  {kind:16s} {len(both):2d} / {len(defs):2d} / {len(eyes):2d}"
-              + (f"   definitions only: {', '.join(defs)}" if defs else "")
-              + (f"   eye only: {', '.join(eyes)}" if eyes else ""))
-    print()
-    clear = {name for name, read in eye.items() if read.clear}
+    clear = {name for name, e in eye.items() if e.clear}
     titles = ("findings", "the online detectors' events", "overfitting as first told at every epoch (no hindsight)")
-    for subset, which in ((fresh, ""), ([r for r in fresh if r.name in clear], " read as clear")):
-        for what, title in zip(found, titles):
-            scored = score(subset, what)["fresh"]
-            if title.startswith("overfitting"):
-                scored = {"overfitting": scored["overfitting"]}
-            elif title.startswith("the online"):
-                scored = {k: v for k, v in scored.items() if k in ONLINE_KINDS}
-            print(format_table(scored, f"held-out runs, fresh, labelled by eye ({len(subset)}{which}): {title}"))
-            print()
+    for part in ("fresh", "holdout"):
+        labelled = [r for r in read if r.part == part]
+        if not labelled:
+            continue
+        name = EYE_PART[part]
+        print(f"{name} labelled by eye: {len(labelled)}; per kind, runs labelled by both / the definitions only / "
+              "the eye only:")
+        for kind in KINDS:
+            both = [r.name for r in labelled if kind in r.labels and kind in by_name[r.name].labels]
+            defs = [r.name for r in labelled if kind not in r.labels and kind in by_name[r.name].labels]
+            eyes = [r.name for r in labelled if kind in r.labels and kind not in by_name[r.name].labels]
+            print(f"  {kind:16s} {len(both):2d} / {len(defs):2d} / {len(eyes):2d}"
+                  + (f"   definitions only: {', '.join(defs)}" if defs else "")
+                  + (f"   eye only: {', '.join(eyes)}" if eyes else ""))
+        print()
+        for subset, which in ((labelled, ""), ([r for r in labelled if r.name in clear], " read as clear")):
+            for what, title in zip(found, titles):
+                scored = score(subset, what)[part]
+                if title.startswith("overfitting"):
+                    scored = {"overfitting": scored["overfitting"]}
+                elif title.startswith("the online"):
+                    scored = {k: v for k, v in scored.items() if k in ONLINE_KINDS}
+                print(format_table(scored, f"{name}, labelled by eye ({len(subset)}{which}): {title}"))
+                print()
 
 
 def main() -> None:
@@ -219,7 +229,7 @@ def main() -> None:
         print(f"real corpus: {len(runs)} runs ({counts}), imported in {t1 - t0:.1f} s, analysed in {t2 - t1:.1f} s "
               f"({(t2 - t1) / len(runs) * 1e3:.0f} ms a run)")
         if args.fresh and not any(r.part == "fresh" for r in runs):
-            print(f"no fresh run: held-out runs of batch {FRESH_BATCH} or later are fresh (batches 1-3 are scored "
+            print(f"no fresh run: held-out runs of batch {FRESH_BATCH} or later are fresh (batches 1-{FRESH_BATCH - 1} are scored "
                   f"and seen); append the new runs with batch = {FRESH_BATCH}")
         positives = {k: sum(k in r.labels for r in runs) for k in KINDS}
         print("labelled faults: " + ", ".join(f"{k} {n}" for k, n in positives.items()) +
@@ -241,8 +251,7 @@ def main() -> None:
                                f"{TITLES[part]}: overfitting as first told to a user asking at every epoch while "
                                "the run trained (no hindsight)"))
             print()
-        if args.fresh:
-            _by_eye(runs, found, online, watched(hists))
+        _by_eye(runs, found, online, watched(hists))
         _print_five(shown)
         if args.tune:
             print()

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from tracker.analysis import analyze
-from tracker.analysis.real_corpus import KINDS, import_corpus, load_manifest
+from tracker.analysis.real_corpus import FRESH_BATCH, KINDS, import_corpus, load_manifest
 from tracker.cli import build_cli
 from tracker.commands.analyze import render
 
@@ -44,9 +44,10 @@ def test_the_manifest_names_source_licence_labels_and_a_held_out_third() -> None
     assert len(runs) >= 40
     assert all(r.source["repo"].count("/") == 1 and len(r.source["commit"]) == 40 for r in runs)
     assert all(r.source["path"].endswith("results.csv") and r.source["licence"] for r in runs)
-    assert 0.25 <= sum(r.holdout for r in runs) / len(runs) <= 0.55  # a fresh batch is held out whole
+    assert 1 / 3 <= sum(r.holdout for r in runs) / len(runs) <= 0.7  # a fresh batch is held out whole
     assert {r.batch for r in runs} >= {1, 2, 3} and all(r.part == "tuning" for r in runs if not r.holdout)
-    assert {r.part for r in runs if r.holdout and r.batch <= 3} == {"holdout"}  # batches 1-3 are seen
+    assert {r.part for r in runs if r.holdout and r.batch < FRESH_BATCH} == {"holdout"}  # earlier batches are seen
+    assert all(r.part == "fresh" for r in runs if r.holdout and r.batch >= FRESH_BATCH)
     assert {k for r in runs for k in r.labels} == set(KINDS)
     assert all(lab.best is not None for r in runs for k, lab in r.labels.items() if k == "overfitting")
 

@@ -40,7 +40,7 @@ from tracker.errors import DataError
 
 KINDS = ("overfitting", "metric_collapse", "zero_loss", "stopped_early", "non_finite", "divergence")
 PARTS = ("tuning", "holdout", "fresh")
-FRESH_BATCH = 4  # batches 1-3 (115 runs) have all been scored; held-out runs of batch 4 on are fresh
+FRESH_BATCH = 5  # batches 1-4 (164 runs) have all been scored; held-out runs of batch 5 on are fresh
 
 
 @dataclass
