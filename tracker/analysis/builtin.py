@@ -71,9 +71,7 @@ precision and recall >= 0.95 per detector):
     definition's rule) and ``min_rise=0.25``: on the fault corpus' tuning seeds
     0.1-0.2 also flagged a healthy-labelled run whose validation loss rose 24% and
     stayed (the labels call a rise of 25% by the end overfitting); 0.3 missed a
-    labelled one. The minimum is the running median of 3's, and ``min_share=0.15``
-    as in the epoch judge: a validation term under 15% of the run's validation
-    losses (YOLOv5 obj/cls, pose kobj) gets no verdict.
+    labelled one.
 ``overfitting``, ``metric_collapse``, ``zero_loss``, ``stopped_early``, ``epoch_divergence``
     the epoch judges over few-point histories (scope ``epochs``, ``tracker analyze``
     only): defaults and reasons in :mod:`tracker.analysis.epoch_specs`.
@@ -225,8 +223,6 @@ TWIN_OVERFITTING = DetectorSpec(
         Param("min_rise", 0.25, "the recent median is at least this fraction above the minimum", 0.0, None),
         Param("alpha", 0.05, "Mann-Kendall significance of the rise since the minimum", 1e-6, 0.5),
         Param("train_drop", 0.05, "the train twin fell at least this fraction since the minimum", 0.0, 1.0),
-        Param("min_share", 0.15, "the validation loss's median at least this fraction of the sum of the "
-              "validation losses' medians (a term tiny in the run's own scale: no verdict)", 0.0, 1.0),
     ),
 )
 

@@ -11,9 +11,8 @@ are the same either way.
 ``twin_overfitting`` judges causally while the run trains (defaults in
 :mod:`tracker.analysis.builtin`; the epoch judge ``overfitting`` of
 :mod:`tracker.analysis.epoch_overfit` reads a finished run's whole curve instead),
-at each point ``e`` of a validation loss ``V``, ``b`` the point of the minimum so
-far of its running median of 3 (a one-point dip is no minimum), ``V`` at least
-``min_share`` of the sum of the validation losses' medians:
+at each point ``e`` of a validation loss ``V``, ``b`` the point of its minimum so
+far:
 
 * ``V`` has ``min_points`` points, ``patience`` of them since ``b``; the median of
   its last ``window`` points is ``min_rise`` above ``V(b)``; Mann-Kendall finds it
@@ -36,7 +35,6 @@ import numpy as np
 
 from tracker.analysis.advice import ADVICE
 from tracker.analysis.detectors import KeyedChunk, StreamContext, clean, fmt
-from tracker.analysis.epoch_judges import _smooth
 from tracker.analysis.epochs import base_name, is_val
 from tracker.analysis.trend import mann_kendall
 from tracker.events import Event
@@ -96,7 +94,6 @@ class TwinOverfitting:
         p = ctx.params
         self.min_points, self.patience, self.window = int(p["min_points"]), int(p["patience"]), int(p["window"])
         self.min_rise, self.alpha, self.train_drop = float(p["min_rise"]), float(p["alpha"]), float(p["train_drop"])
-        self.min_share = float(p["min_share"])
         self.vals: dict[str, _Val] = {}
         self.trains: dict[str, _Sums] = {}
 
@@ -145,27 +142,12 @@ class TwinOverfitting:
                 return found
         return None
 
-    def _tiny(self, vkey: str, v: np.ndarray) -> bool:
-        """Whether ``vkey``'s median is under ``min_share`` of the sum of the validation losses' medians
-        (those that have a train twin), each as far as it has come: a term tiny in the run's own scale."""
-        if self.min_share <= 0:
-            return False
-        level = float(np.nanmedian(v))
-        total = 0.0
-        for key, val in self.vals.items():
-            if key == vkey:
-                total += max(level, 0.0)
-            elif val.values and self._twin(key) is not None:
-                total += max(float(np.nanmedian(val.values)), 0.0)
-        return total > 0 and level < self.min_share * total
-
     def _judge(self, vkey: str, tkey: str, e: int) -> Event | None:
         v = np.asarray(self.vals[vkey].values[: e + 1])
-        if v.size < self.min_points or self._tiny(vkey, v):
+        if v.size < self.min_points:
             return None
-        sm = _smooth(v)  # the running median's minimum: a one-point dip is no minimum
-        b = int(np.argmin(sm))
-        best = float(sm[b])
+        b = int(np.argmin(v))
+        best = float(v[b])
         if e - b < self.patience or best <= 0:
             return None
         rise = float(np.median(v[-self.window:])) / best - 1.0
