@@ -53,6 +53,8 @@ SCRIPT = textwrap.dedent(
     torch.manual_seed(0)
     x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
     loader = DataLoader(TensorDataset(x, x[:, :3] * 2.0), batch_size=4)
+    if phase == "resume" and "DDP_RUN_ID" not in os.environ:  # rank 0, started early: imported, waits for the id
+        os.environ["DDP_RUN_ID"] = sys.stdin.readline().strip()  # rank 1 (started by Lightning) inherits it
     resume = {} if phase == "first" else {"run_id": os.environ["DDP_RUN_ID"], "resume": "must"}
     logger = TrackerLogger("ddp", name="tiny", system=False, **resume)
     checkpoints = ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=2, save_top_k=-1)
@@ -74,20 +76,36 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (each socket is held until all are found)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
-def _fit(script: Path, phase: str, tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
-    """Run one two-rank training; each rank's RESULT line, by rank."""
-    env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    proc = subprocess.run([sys.executable, str(script), phase, str(tmp)], env=env, cwd=str(tmp),
-                          capture_output=True, text=True, timeout=150)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(results) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+def _start(script: Path, phase: str, tmp: Path, env: dict[str, str], port: int) -> subprocess.Popen[str]:
+    """Start rank 0 of one two-rank training (Lightning starts rank 1 when it fits)."""
+    env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    return subprocess.Popen([sys.executable, str(script), phase, str(tmp)], env=env, cwd=str(tmp),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _results(proc: subprocess.Popen[str], stdin: str = "") -> list[dict[str, Any]]:
+    """Wait for one two-rank training (``stdin``: what its rank 0 reads); each rank's RESULT line, by rank."""
+    try:
+        out, err = proc.communicate(stdin, timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out[-3000:] + err[-6000:]
+    results = [json.loads(line[len("RESULT "):]) for line in out.splitlines() if line.startswith("RESULT ")]
+    assert len(results) == 2, out[-3000:] + err[-3000:]
     return sorted(results, key=lambda r: r["global_rank"])
 
 
@@ -99,15 +117,25 @@ def test_two_rank_ddp_then_resume(home: Path, tmp_path: Path) -> None:
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TRACKER_RUN_ID"):
         env.pop(name, None)
 
-    first = _fit(script, "first", tmp_path, env)
-    run_id = first[0]["version"]
-    assert [r["version"] for r in first] == [run_id, run_id]  # one run: version = run id on both ranks
-    assert [(r["rank"], r["world"], r["segment"], r["start_step"]) for r in first] == [(0, 2, 0, 0), (1, 2, 0, 0)]
-    assert [r["hparams"] for r in first] == [True, False]  # log_hyperparams: rank zero's, as Lightning's are
-    assert [r["experiment_is_run"] for r in first] == [True, False]  # the dummy experiment on rank 1
-    assert (tmp_path / "ckpt" / "epoch=0-step=2.ckpt").is_file()
+    # the resume's rank 0 starts now and does its imports (seconds) while the first training runs; it reads the
+    # run id, and so begins its own training, only once both ranks of the first training have exited
+    first_port, resume_port = _free_ports(2)
+    resume = _start(script, "resume", tmp_path, env, resume_port)
+    try:
+        first = _results(_start(script, "first", tmp_path, env, first_port))
+        run_id = first[0]["version"]
+        assert [r["version"] for r in first] == [run_id, run_id]  # one run: version = run id on both ranks
+        assert [(r["rank"], r["world"], r["segment"], r["start_step"]) for r in first] == [
+            (0, 2, 0, 0), (1, 2, 0, 0)]
+        assert [r["hparams"] for r in first] == [True, False]  # log_hyperparams: rank zero's, as Lightning's are
+        assert [r["experiment_is_run"] for r in first] == [True, False]  # the dummy experiment on rank 1
+        assert (tmp_path / "ckpt" / "epoch=0-step=2.ckpt").is_file()
+    except BaseException:
+        resume.kill()
+        resume.communicate()
+        raise
 
-    second = _fit(script, "resume", tmp_path, {**env, "DDP_RUN_ID": run_id})
+    second = _results(resume, run_id + "\n")
     assert [(r["version"], r["rank"], r["segment"], r["start_step"]) for r in second] == [
         (run_id, 0, 1, 2), (run_id, 1, 1, 2)]  # each rank resumes its own segments at the checkpoint's step
 
