@@ -6,6 +6,7 @@ import json
 import shutil
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -139,10 +140,12 @@ def test_lake_commands_and_push_are_idempotent(lake, tmp_path: Path, monkeypatch
     import subprocess
     import sys
 
-    for rid in ("old1", "old2"):
-        proc = subprocess.run([sys.executable, "-c", LOG, rid], env={**env, "STEPS": "25"}, capture_output=True,
-                              text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
+    # two trainings at once into one local store (each process waits its turn on the file lock)
+    olds = [subprocess.Popen([sys.executable, "-c", LOG, rid], env={**env, "STEPS": "25"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for rid in ("old1", "old2")]
+    for proc in olds:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
     assert (local / "tracker.duckdb").exists()
     h = tmp_path / "h"
     for _ in range(2):
@@ -156,18 +159,19 @@ def test_lake_commands_and_push_are_idempotent(lake, tmp_path: Path, monkeypatch
     assert "pushed 0 runs" in again.stdout and "2 already there" in again.stdout
     assert tracker.query("SELECT run_id, count(*) AS n FROM curves GROUP BY ALL ORDER BY 1").rows() == [
         ("old1", 50), ("old2", 50)]
-    status = lake.cli("lake", "status", home=h)
+    # five commands that do not depend on one another, two processes at a time (two hosts reading one lake):
+    # check-plugins, the longest, beside the other four in turn
+    with ThreadPoolExecutor(2) as pool:
+        checked, status, listed, exported, analyzed = pool.map(lambda args: lake.cli(*args, home=h), [
+            ("check-plugins",), ("lake", "status"), ("runs", "list"),
+            ("export", "old2", "-o", str(tmp_path / "old2.csv")), ("analyze", "old2", "--save")])
     assert status.returncode == 0, status.stderr
     assert "snapshots:" in status.stdout and str(lake.data_path) in status.stdout
     assert lake.server.password not in status.stdout
-    listed = lake.cli("runs", "list", home=h)
     assert "old1" in listed.stdout and "old2" in listed.stdout
-    exported = lake.cli("export", "old2", "-o", str(tmp_path / "old2.csv"), home=h)
     assert exported.returncode == 0, exported.stderr
     assert len((tmp_path / "old2.csv").read_text().splitlines()) == 51
-    analyzed = lake.cli("analyze", "old2", "--save", home=h)
     assert analyzed.returncode == 0, analyzed.stderr
-    checked = lake.cli("check-plugins", home=h)
     assert checked.returncode == 0, checked.stderr
     removed = lake.cli("runs", "rm", "old1", "--yes", home=h)
     assert removed.returncode == 0, removed.stderr
