@@ -196,9 +196,9 @@ class YoloSpec:
     audit: str | None = None  # record (and refuse) network use in this file (tests.harness.netaudit)
 
 
-def yolo_child(spec: YoloSpec) -> None:
+def yolo_child(spec: YoloSpec, audited: bool = False) -> None:
     """Train as ``spec`` says, in this process (``python -m tests.harness.ckpt_kill yolo SPEC``)."""
-    if spec.audit:
+    if spec.audit and not audited:
         from tests.harness.netaudit import install
 
         install(spec.audit)
@@ -239,10 +239,53 @@ def yolo_env(workdir: Path, home: Path, user_settings: bool) -> dict[str, str]:
     return env
 
 
-def _yolo_run(spec: YoloSpec, env: dict[str, str], log: Any) -> int:
-    cmd = [sys.executable, "-m", "tests.harness.ckpt_kill", "yolo", json.dumps(asdict(spec))]
-    return subprocess.run(cmd, env=env, cwd=spec.workdir, stdout=log, stderr=subprocess.STDOUT,
-                          timeout=900).returncode
+def yolo_waiting(audit: str | None) -> None:
+    """Import Ultralytics and the tracker, then read a spec line from stdin and train as it says
+    (``python -m tests.harness.ckpt_kill yolo-next [AUDIT]``); no line: exit. A round's child is
+    started while the round before it trains, so that its imports (seconds) overlap that training."""
+    if audit:
+        from tests.harness.netaudit import install
+
+        install(audit)  # before the imports, as in yolo_child
+    import ultralytics  # noqa: F401
+
+    import tracker.integrations.ultralytics  # noqa: F401
+
+    line = sys.stdin.readline()
+    if line.strip():
+        yolo_child(YoloSpec(**json.loads(line)), audited=True)
+
+
+def _yolo_start(workdir: Path, env: dict[str, str], log: Any, audit: Path | None) -> subprocess.Popen[str]:
+    """The next round's child (:func:`yolo_waiting`), importing while it waits for its spec."""
+    cmd = [sys.executable, "-m", "tests.harness.ckpt_kill", "yolo-next", *([str(audit)] if audit else [])]
+    return subprocess.Popen(cmd, env=env, cwd=str(workdir), stdin=subprocess.PIPE, stdout=log,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _yolo_go(proc: subprocess.Popen[str], spec: YoloSpec) -> int:
+    """Hand ``spec`` to a started child; its exit status."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps(asdict(spec)) + "\n")
+        proc.stdin.close()
+        return proc.wait(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _yolo_drop(proc: subprocess.Popen[str]) -> None:
+    """End a started child that no round needs (it reads no spec and exits)."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.close()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def yolo_problems(home: Path, run_id: str, batches: int, done_epochs: int, resumed_epochs: int) -> list[str]:
@@ -279,26 +322,36 @@ def yolo_rounds(workdir: Path, home: Path, rounds: int, *, seed: int = 0, max_de
                     audit=str(audit) if audit else None)
     report = RoundReport()
     run_id, batches = None, 2
-    for i in range(rounds):
-        delay = 0.0 if i % 2 == 0 else rng.uniform(0.0, max_delay_s)
-        status = _yolo_run(YoloSpec(**{**asdict(spec), "resume": i > 0, "kill_epoch": i, "kill_delay_s": delay}),
-                           env, log)
-        if status != -signal.SIGKILL:
-            report.problems.append(f"round {i}: the training ended with status {status}, not killed")
-            break
-        state = json.loads((workdir / "runs" / spec.name / "tracker.json").read_text())
-        run_id, batches = state["run_id"], int(state["batches_per_epoch"])
-        report.checkpoints.append(i)
-        report.problems += [f"round {i}: {p}" for p in yolo_problems(home, run_id, batches, i + 1, i)]
-        report.rounds += 1
-    if not report.problems:
-        status = _yolo_run(YoloSpec(**{**asdict(spec), "resume": rounds > 0}), env, log)
-        if status != 0:
-            report.problems.append(f"the final resume ended with status {status}")
-        state = json.loads((workdir / "runs" / spec.name / "tracker.json").read_text())
-        run_id, batches = state["run_id"], int(state["batches_per_epoch"])
-        report.problems += [f"final: {p}" for p in yolo_problems(home, run_id, batches, spec.epochs, spec.epochs)]
-        report.final_steps = spec.epochs * batches
+    # each child is started one round early and waits, imported, for its spec (yolo_waiting); it begins
+    # training only after the round before it was killed and checked
+    following = _yolo_start(workdir, env, log, audit)
+    try:
+        for i in range(rounds):
+            delay = 0.0 if i % 2 == 0 else rng.uniform(0.0, max_delay_s)
+            child, following = following, _yolo_start(workdir, env, log, audit)
+            status = _yolo_go(child, YoloSpec(**{**asdict(spec), "resume": i > 0, "kill_epoch": i,
+                                                 "kill_delay_s": delay}))
+            if status != -signal.SIGKILL:
+                report.problems.append(f"round {i}: the training ended with status {status}, not killed")
+                break
+            state = json.loads((workdir / "runs" / spec.name / "tracker.json").read_text())
+            run_id, batches = state["run_id"], int(state["batches_per_epoch"])
+            report.checkpoints.append(i)
+            report.problems += [f"round {i}: {p}" for p in yolo_problems(home, run_id, batches, i + 1, i)]
+            report.rounds += 1
+        if not report.problems:
+            child, following = following, None
+            status = _yolo_go(child, YoloSpec(**{**asdict(spec), "resume": rounds > 0}))
+            if status != 0:
+                report.problems.append(f"the final resume ended with status {status}")
+            state = json.loads((workdir / "runs" / spec.name / "tracker.json").read_text())
+            run_id, batches = state["run_id"], int(state["batches_per_epoch"])
+            report.problems += [f"final: {p}" for p in yolo_problems(home, run_id, batches, spec.epochs,
+                                                                     spec.epochs)]
+            report.final_steps = spec.epochs * batches
+    finally:
+        if following is not None:
+            _yolo_drop(following)
     if run_id is not None:
         from tracker.store import Store
 
@@ -311,9 +364,12 @@ def yolo_rounds(workdir: Path, home: Path, rounds: int, *, seed: int = 0, max_de
 
 
 def main(argv: list[str]) -> int:
-    """``python -m tests.harness.ckpt_kill yolo SPEC_JSON``."""
+    """``python -m tests.harness.ckpt_kill yolo SPEC_JSON`` (or ``yolo-next [AUDIT]``: the spec on stdin)."""
+    if argv[:1] == ["yolo-next"] and len(argv) <= 2:
+        yolo_waiting(argv[1] if len(argv) == 2 else None)
+        return 0
     if len(argv) != 2 or argv[0] != "yolo":
-        print("usage: python -m tests.harness.ckpt_kill yolo SPEC_JSON", file=sys.stderr)
+        print("usage: python -m tests.harness.ckpt_kill yolo SPEC_JSON | yolo-next [AUDIT]", file=sys.stderr)
         return 2
     yolo_child(YoloSpec(**json.loads(argv[1])))
     return 0
