@@ -14,6 +14,7 @@ import json
 import math
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -63,15 +64,20 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
               "guard_network": True, "project": "test"}
     logs = open(workdir / "children.log", "ab")
     try:
-        plain = TrainSpec(name="plain", **common)
-        assert run_child(plain, home, log=logs, extra_env=env) == 0, (workdir / "children.log").read_text()[-3000:]
-        # the killed run flushes every second, so that waiting out two flushes before the kill takes 3 s, not 11
-        weighted = TrainSpec(name="weighted", loss="class_weighted_bce", loss_params=WEIGHTED, rfs_threshold=RFS,
-                             pause_at=KILL_AT, flush_interval=KILLED_FLUSH_S, **common)
-        killed = run_child(weighted, home, log=logs, extra_env=env,
-                           kill_after_pause_s=2 * KILLED_FLUSH_S + 1.0)  # > 2 flushes
-        resumed = TrainSpec(**{**weighted.__dict__, "pause_at": None, "resume": True})
-        assert run_child(resumed, home, log=logs, extra_env=env) == 0, (workdir / "children.log").read_text()[-3000:]
+        # run A trains beside run B's kill and resume (one user's two trainings at once, one store): on two cores
+        # one child's imports and start-up (single-threaded, seconds) overlap the other's training
+        with ThreadPoolExecutor(1) as beside:
+            plain = TrainSpec(name="plain", **common)
+            plain_status = beside.submit(run_child, plain, home, log=logs, extra_env=env)
+            # the killed run flushes every second, so that waiting out two flushes before the kill takes 3 s, not 11
+            weighted = TrainSpec(name="weighted", loss="class_weighted_bce", loss_params=WEIGHTED,
+                                 rfs_threshold=RFS, pause_at=KILL_AT, flush_interval=KILLED_FLUSH_S, **common)
+            killed = run_child(weighted, home, log=logs, extra_env=env,
+                               kill_after_pause_s=2 * KILLED_FLUSH_S + 1.0)  # > 2 flushes
+            resumed = TrainSpec(**{**weighted.__dict__, "pause_at": None, "resume": True})
+            assert run_child(resumed, home, log=logs, extra_env=env) == 0, \
+                (workdir / "children.log").read_text()[-3000:]
+            assert plain_status.result() == 0, (workdir / "children.log").read_text()[-3000:]
     finally:
         logs.close()
     return Trained(workdir, home, user_home, data, _run_id(workdir, "plain"), _run_id(workdir, "weighted"), killed)
