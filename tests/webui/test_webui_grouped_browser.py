@@ -12,6 +12,8 @@ import pytest
 
 from webui.browser import CHART
 
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
 SEEDS = (1, 2, 3)
 STEPS = 90
 
