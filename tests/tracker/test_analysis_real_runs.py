@@ -23,7 +23,7 @@ USED = ("anemia-zero-box", "wheat-weed-v8", "fabric-cls", "handraising-y12", "co
         "cv2027-seg-y26", "paludo-cls", "valvision-cls", "smartdevice-cls", "test1802-y5", "messflow-seg-y26",
         "coffee-train4-inf", "warmcool-cls", "trafficsign-y5", "kickboard-v8", "yusuf-cls", "dl3-y26-det",
         "tfproject-pose", "fretvision-seg-y26", "cows-pose", "yoloproject-det", "cardamage-seg", "dlfinal-seg",
-        "orchestration-y5", "droneview-obb")
+        "orchestration-y5", "droneview-obb", "kposecoco-pose", "handfist-det")
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +118,18 @@ def test_no_overfitting_on_a_rise_within_the_losses_noise(imported: Any) -> None
     # YOLO26-pose, 85 epochs: val/box_loss is lowest at 64 after single-epoch dips; +32% in 21 noisy points
     # reads as confidence 0.88, under 0.9 (the eye: flat from epoch 43 on)
     assert "overfitting" not in findings(imported, "cows-pose")
+
+
+def test_a_term_of_a_five_loss_pose_run_is_not_tiny_and_a_val_set_without_targets_has_no_overfitting(
+        imported: Any) -> None:
+    # YOLOv8-pose (batch 6): val/dfl_loss is 13% of five validation losses' sum, over half their mean,
+    # and doubles from epoch 3 while train/dfl_loss falls 10%
+    over = findings(imported, "kposecoco-pose")["overfitting"]
+    assert over.key in ("val/dfl_loss", "val/box_loss") and over.data["best_step"] <= 5
+    # val/box_loss and val/dfl_loss exactly 0, every metric 0 at all 100 epochs: the validation images have
+    # no labels, and val/cls_loss's rise says nothing of overfitting; zero_loss tells what is wrong
+    found = findings(imported, "handfist-det")
+    assert "overfitting" not in found and found["zero_loss"].data["side"] == "val"
 
 
 def test_a_slow_lasting_rise_of_a_main_term_is_overfitting(imported: Any) -> None:

@@ -14,8 +14,10 @@ finished run, what has been logged so far of a running one. For a validation los
   median's rise is at least ``give_back`` of ``V``'s smoothed range (5%: a loss that
   fell from 1.57 to 0.01 and wanders by 0.05 has given nothing back);
 * ``T``'s median after ``b`` is ``train_drop`` below ``T`` at ``b`` (5%);
-* ``V``'s median is at least ``min_share`` of the sum of the medians of the run's
-  validation losses that have twins (15%: a term tiny in the run's own scale);
+* ``V``'s median is at least ``min_share`` of the mean of the medians of the run's
+  validation losses that have twins (half: a term tiny in the run's own scale);
+* the validation set has targets: not every metric 0 at every point together with a
+  validation loss exactly 0 throughout beside a train twin that is not;
 * optional gates, off by default since the definition has none: ``metric_gain``
   (the run's fitness more than ``1 + metric_gain`` times its best up to ``b``: the
   minimum came before the model had learnt) and ``min_val_size`` (an accuracy's 1/N
@@ -34,7 +36,7 @@ noisy ``V`` is: ``Phi(z)``, ``z`` the lasting rise over its standard error,
 ``1.25 sigma sqrt(1/n + 1/3)`` (the median of the ``n`` points after ``b`` against
 the median of 3 at ``b``), ``sigma`` the robust scale of ``V``'s point-to-point
 changes (``1.4826 MAD / sqrt 2``). ``min_confidence`` (default 0.9) gates on it.
-The last three gates are not in the written definition: they were set on the labels
+The last gates are not in the written definition: they were set on the labels
 read by eye (``tests/data/real_runs/eye-labels.toml``).
 """
 
@@ -108,6 +110,8 @@ class Overfitting:
         size = _val_size(history)
         if size is not None and size < self.min_val_size:
             return []
+        if self._no_targets(history):
+            return []
         pairs = self._material(history, pairs)
         rises = [r for r in (self.assess(history, v, t) for v, t in pairs) if r is not None]
         rises = [r for r in rises if not self._still_improving(history, r.best_step)]
@@ -117,12 +121,30 @@ class Overfitting:
         return [self._found(history, rise, self._first_step(history, rise))]
 
     def _material(self, h: History, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        """The pairs whose validation loss is at least ``min_share`` of the run's validation losses (medians)."""
+        """The pairs whose validation loss is at least ``min_share`` of the mean of the run's validation
+        losses (medians): a term tiny in the run's own scale is left out."""
         if self.min_share <= 0 or len(pairs) < 2:
             return pairs
         level = {v: float(np.median(h.finite(v)[1])) if h.finite(v)[1].size else 0.0 for v, _ in pairs}
-        total = sum(x for x in level.values() if x > 0)
-        return [(v, t) for v, t in pairs if total > 0 and level[v] >= self.min_share * total]
+        mean = sum(x for x in level.values() if x > 0) / len(pairs)
+        return [(v, t) for v, t in pairs if mean > 0 and level[v] >= self.min_share * mean]
+
+    @staticmethod
+    def _no_targets(h: History) -> bool:
+        """Whether the validation set has no targets: every metric 0 at every point, and a validation loss
+        exactly 0 throughout while its train twin is not (``zero_loss`` says so); its losses then measure
+        nothing a model could overfit to."""
+        metrics = [k for k in h.metrics if k in h.series]
+        if not metrics or any(np.any(h.finite(k)[1] > 1e-6) for k in metrics):
+            return False
+        for v in h.val_losses:
+            t = h.counterpart(v)
+            if t is None or v not in h.series or t not in h.series:
+                continue
+            val, train = h.finite(v)[1], h.finite(str(t))[1]
+            if val.size and np.all(val == 0) and np.any(train != 0):
+                return True
+        return False
 
     def assess(self, h: History, val: str, train: str, upto: int | None = None) -> Rise | None:
         """The rule on ``val`` and ``train`` as they stood at step ``upto`` (the last step when None)."""
