@@ -7,16 +7,16 @@ event) of the run's *findings* (the epoch judges, and the streams' first NaN/inf
 divergence) in three parts, apart (:data:`tracker.analysis.real_corpus.PARTS`):
 
 * **tuning** runs (``holdout = false``);
-* **held out, seen**: the held-out runs of batches 1-5, scored before and their
+* **held out, seen**: the held-out runs of batches 1-6, scored before and their
   misses read, so no longer a fair test;
-* **fresh**: held-out runs of batch ``FRESH_BATCH`` (6) on, only with ``--fresh``.
+* **fresh**: held-out runs of batch ``FRESH_BATCH`` (7) on, only with ``--fresh``.
   Without it those runs are not imported or judged at all: run ``--fresh`` once,
   when the batch is complete, for the honest held-out score.
 
 The held-out runs labelled by eye (batches 4 on; ``eye-labels.toml``: read off the
 curves by someone who saw neither the written definitions, ``label_runs.py``'s labels
 nor any verdict) are scored a second time against those labels, per part (the fresh batch
-only with ``--fresh``; batch 4 is seen: the epoch judges' gates were set on its eye labels),
+only with ``--fresh``; batches 4-6 are seen: the epoch judges' gates were set on the eye labels of 4 and 6),
 with a table of where the two label sets agree. The definitions' labels and the verdicts share a rule, so a verdict
 that follows its definition scores well against them by construction; the eye's labels
 are the independent check.
@@ -82,8 +82,8 @@ GRID: dict[str, dict[str, list[Any]]] = {
     "epoch_divergence": {"factor": [1.25, 1.5, 2.0, 3.0], "patience": [1, 2, 3], "min_span": [0.0, 0.25, 0.5, 1.0]},
 }
 EYE_PART = {"fresh": f"held-out runs, fresh (batch {FRESH_BATCH} on)",
-            "holdout": f"held-out runs, seen (batches 4-{FRESH_BATCH - 1}; the epoch judges' gates were set on batch 4's eye "
-                       "labels)"}
+            "holdout": f"held-out runs, seen (batches 4-{FRESH_BATCH - 1}; the epoch judges' gates were set on the eye labels "
+                       "of batches 4 and 6)"}
 TITLES = {"tuning": "tuning runs",
           "holdout": f"held-out runs, seen (batches 1-{FRESH_BATCH - 1}: scored before, their misses read)",
           "fresh": f"held-out runs, fresh (batch {FRESH_BATCH} on: no verdict ran on them before)"}
@@ -159,7 +159,7 @@ def _print_five(shown: dict[str, Any]) -> None:
 
 def _by_eye(runs: list[Any], *found: dict[str, dict[str, Detection]]) -> None:
     """The held-out runs labelled by eye (``eye-labels.toml``) scored against those labels, per part (fresh:
-    no verdict ran on them before; seen: batch 4, on whose eye labels the judges' gates were set), and how
+    no verdict ran on them before; seen: batches 4-6, the judges' gates set on those of 4 and 6), and how
     the two label sets agree: the definitions' labels and the verdicts share a rule, the eye's share nothing."""
     eye = load_eye_labels(CORPUS)
     read = [replace(r, labels=eye[r.name].labels) for r in runs if r.holdout and r.name in eye]

@@ -40,7 +40,7 @@ from tracker.errors import DataError
 
 KINDS = ("overfitting", "metric_collapse", "zero_loss", "stopped_early", "non_finite", "divergence")
 PARTS = ("tuning", "holdout", "fresh")
-FRESH_BATCH = 6  # batches 1-5 (204 runs) have all been scored; held-out runs of batch 6 on are fresh
+FRESH_BATCH = 7  # batches 1-6 (232 runs) have all been scored; held-out runs of batch 7 on are fresh
 
 
 @dataclass
