@@ -16,8 +16,9 @@ divergence) in three parts, apart (:data:`tracker.analysis.real_corpus.PARTS`):
 The held-out runs labelled by eye (batches 4 on; ``eye-labels.toml``: read off the
 curves by someone who saw neither the written definitions, ``label_runs.py``'s labels
 nor any verdict) are scored a second time against those labels, per part (the fresh batch
-only with ``--fresh``; batches 4-6 are seen: the epoch judges' gates were set on the eye labels of 4 and 6),
-with a table of where the two label sets agree. The definitions' labels and the verdicts share a rule, so a verdict
+only with ``--fresh``; batches 4-6 are seen: the epoch judges' gates were set on the eye
+labels of 4 and 6), with a table of where the two label sets agree. The definitions'
+labels and the verdicts share a rule, so a verdict
 that follows its definition scores well against them by construction; the eye's labels
 are the independent check.
 
@@ -82,8 +83,8 @@ GRID: dict[str, dict[str, list[Any]]] = {
     "epoch_divergence": {"factor": [1.25, 1.5, 2.0, 3.0], "patience": [1, 2, 3], "min_span": [0.0, 0.25, 0.5, 1.0]},
 }
 EYE_PART = {"fresh": f"held-out runs, fresh (batch {FRESH_BATCH} on)",
-            "holdout": f"held-out runs, seen (batches 4-{FRESH_BATCH - 1}; the epoch judges' gates were set on the eye labels "
-                       "of batches 4 and 6)"}
+            "holdout": f"held-out runs, seen (batches 4-{FRESH_BATCH - 1}; the epoch judges' gates were set on "
+                       "the eye labels of batches 4 and 6)"}
 TITLES = {"tuning": "tuning runs",
           "holdout": f"held-out runs, seen (batches 1-{FRESH_BATCH - 1}: scored before, their misses read)",
           "fresh": f"held-out runs, fresh (batch {FRESH_BATCH} on: no verdict ran on them before)"}
@@ -230,8 +231,8 @@ def main() -> None:
         print(f"real corpus: {len(runs)} runs ({counts}), imported in {t1 - t0:.1f} s, analysed in {t2 - t1:.1f} s "
               f"({(t2 - t1) / len(runs) * 1e3:.0f} ms a run)")
         if args.fresh and not any(r.part == "fresh" for r in runs):
-            print(f"no fresh run: held-out runs of batch {FRESH_BATCH} or later are fresh (batches 1-{FRESH_BATCH - 1} are scored "
-                  f"and seen); append the new runs with batch = {FRESH_BATCH}")
+            print(f"no fresh run: held-out runs of batch {FRESH_BATCH} or later are fresh (batches "
+                  f"1-{FRESH_BATCH - 1} are scored and seen); append the new runs with batch = {FRESH_BATCH}")
         positives = {k: sum(k in r.labels for r in runs) for k in KINDS}
         print("labelled faults: " + ", ".join(f"{k} {n}" for k, n in positives.items()) +
               f"; no fault: {sum(not r.labels for r in runs)}")
