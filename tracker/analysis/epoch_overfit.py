@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracker.analysis.detectors import StreamContext, fmt
-from tracker.analysis.epoch_judges import _event, _fitness, _pct, _smooth, _val_size
+from tracker.analysis.epoch_judges import _event, _fitness, _metric_above_zero, _pct, _smooth, _val_size
 from tracker.analysis.epochs import History
 from tracker.events import Event
 
@@ -134,8 +134,7 @@ class Overfitting:
         """Whether the validation set has no targets: every metric 0 at every point, and a validation loss
         exactly 0 throughout while its train twin is not (``zero_loss`` says so); its losses then measure
         nothing a model could overfit to."""
-        metrics = [k for k in h.metrics if k in h.series]
-        if not metrics or any(np.any(h.finite(k)[1] > 1e-6) for k in metrics):
+        if not h.metrics or _metric_above_zero(h, int(h.steps[0])):
             return False
         for v in h.val_losses:
             t = h.counterpart(v)
