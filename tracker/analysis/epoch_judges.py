@@ -96,12 +96,12 @@ class MetricCollapse:
         now = self._check(history)
         if now is None:
             return []
-        onset = now.data.get("onset")
-        for step in history.steps:
-            then = self._check(history.upto(int(step)))
-            if then is not None and then.data.get("onset") == onset:
-                return [then]
-        return [now]
+
+        def same_stretch(h: History) -> Event | None:
+            then = self._check(h)
+            return then if then is not None and then.data.get("onset") == now.data.get("onset") else None
+
+        return replay(history, self.min_points, same_stretch)
 
     def _flickers(self, zero: np.ndarray, end: int) -> bool:
         """Whether ``zero[:end]`` holds a stretch of ``patience`` zeros after the metric was above zero,

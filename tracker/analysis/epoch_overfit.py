@@ -1,7 +1,7 @@
 """The epoch judge ``overfitting``: a validation loss rising from its minimum while its train twin falls.
 
-The rule is the corpus' written label definition, with three gates added (``tests/data/real_runs/manifest.toml``,
-"Label definitions", 1), applied to the history *as it stands*: the whole of a
+The rule is the corpus' written label definition (``tests/data/real_runs/manifest.toml``,
+"Label definitions", 1) with the gates below added, applied to the history *as it stands*: the whole of a
 finished run, what has been logged so far of a running one. For a validation loss
 ``V`` with a train twin ``T`` (same name after ``val/`` and ``train/``):
 
@@ -125,7 +125,8 @@ class Overfitting:
         losses (medians): a term tiny in the run's own scale is left out."""
         if self.min_share <= 0 or len(pairs) < 2:
             return pairs
-        level = {v: float(np.median(h.finite(v)[1])) if h.finite(v)[1].size else 0.0 for v, _ in pairs}
+        values = {v: h.finite(v)[1] for v, _ in pairs}
+        level = {v: float(np.median(x)) if x.size else 0.0 for v, x in values.items()}
         mean = sum(x for x in level.values() if x > 0) / len(pairs)
         return [(v, t) for v, t in pairs if mean > 0 and level[v] >= self.min_share * mean]
 
