@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from bench._threads import background, block_ratios, median_interval, outliers
 
-PAIRS = (("track", "none", 1.0), ("assign", "track", 3.0))
+PAIRS = (("track", "none", 1.0), ("assign", "track", 3.0), ("none2", "none", None))  # the last: --control
 Results = dict[str, list[dict[str, Any]]]
 
 
@@ -53,7 +53,7 @@ def print_settings(results: Results, args: argparse.Namespace, settings: Sequenc
     print(f"YOLO11n (yolo11n.yaml), imgsz {args.imgsz}, batch {args.batch} (nbs {args.batch}), {args.images} "
           f"images: {timed} timed steps per training after {3}; device {args.device}, workers 0, amp off, val off, "
           f"seed 0, one epoch")
-    print(f"  {args.blocks} blocks of the three settings in ABC/CBA order after an untimed one; torch threads "
+    print(f"  {args.blocks} blocks of the {len(settings)} settings in ABC/CBA order after an untimed one; torch threads "
           f"{', '.join(map(str, threads))} in every setting ("
           f"{'--threads' if args.threads is not None else 'Ultralytics: min(8, CPUs - 1)'}); {os.cpu_count()} CPUs")
     print(f"  track(): flush interval {args.flush_interval or 'default (5 s)'}, loggers "
@@ -89,6 +89,8 @@ def print_overheads(results: Results) -> None:
     """The paired estimator for each comparison, and the pooled ratios beside it."""
     print("  overheads: the median over blocks of each block's ratio [95% bootstrap interval over blocks]; pooled")
     for a, b, target in PAIRS:
+        if a not in results:
+            continue
         ra, rb = results[a], results[b]
         parts = []
         for label, key, stat in (("median step", "steps", statistics.median), ("mean step", "steps", _mean),
@@ -97,7 +99,8 @@ def print_overheads(results: Results) -> None:
             pa = [x for r in ra for x in r[key]]
             pb = [x for r in rb for x in r[key]]
             parts.append(f"{label} {_pct(med)} [{_pct(lo)}, {_pct(hi)}] (pooled {_pct(stat(pa) / stat(pb) - 1)})")
-        print(f"  {a} vs {b} (target <= {target:.0f}%): " + "; ".join(parts))
+        what = f"target <= {target:.0f}%" if target is not None else "A/A control: the same setting twice"
+        print(f"  {a} vs {b} ({what}): " + "; ".join(parts))
 
 
 def print_like_with_like(results: Results, settings: Sequence[str]) -> None:

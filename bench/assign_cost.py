@@ -2,7 +2,7 @@
 assignment statistics and gradient balance against track() without them.
 
     python -m bench.assign_cost [--blocks 8] [--images 1200] [--batch 8] [--imgsz 64] [--device cpu]
-                                [--threads N] [--flush-interval S] [--quick]
+                                [--threads N] [--flush-interval S] [--control] [--quick]
 
 Three settings train YOLO11n (from ``yolo11n.yaml``, Ultralytics' defaults, ``val=False``,
 ``workers=0``, ``amp=False``, ``seed=0``) on the same synthetic COCO-long-tail dataset, one
@@ -23,7 +23,10 @@ shorter one they would fall after the last step and the comparison would leave t
 The torch thread count is the same in every setting and printed (Ultralytics sets
 ``min(8, CPUs - 1)`` for a CPU training; ``--threads`` overrides it for all three alike).
 Every setting sees the same batches and computes the same losses: the bench checks that
-each step's loss is bit-identical across the settings.
+each step's loss is bit-identical across the settings. ``--control`` adds a fourth setting,
+``none2``, untracked like ``none`` (blocks ``none track assign none2`` and reversed): its
+ratio to ``none`` is what the bench reads when nothing differs, its own noise and any
+order effect, against which the other ratios are read.
 
 A step is the time between two ``on_train_batch_start`` callbacks (data, forward, loss,
 backward, optimizer and every callback); the first 3 steps of each training are left out.
@@ -208,7 +211,7 @@ def train_once(setting: str, data: Path, args: argparse.Namespace, workdir: Path
                       ("on_train_batch_end", probe.batch_end), ("on_train_epoch_end", probe.epoch_end)):
         model.add_callback(event, fn)
     callbacks, other, stats, bookkeeping = Timer(), Timer(), Timer(), Timer()
-    if setting != "none":
+    if not setting.startswith("none"):
         extra = {} if args.flush_interval is None else {"flush_interval": args.flush_interval}
         track(model, project="bench-assign", name=f"{setting}-{tag}", assign_stats=setting == "assign", **extra)
         state = next(fn.__self__ for hooks in model.callbacks.values() for fn in hooks
@@ -356,6 +359,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="torch.set_num_threads for every setting (default: Ultralytics' own, min(8, CPUs - 1))")
     parser.add_argument("--flush-interval", type=float, default=None,
                         help="track(flush_interval=...) (default: track()'s own, 5 s)")
+    parser.add_argument("--control", action="store_true", help="an A/A control: a second untracked setting, "
+                        "none2, in every block (none2 vs none is the bench's own noise and order effect)")
     parser.add_argument("--quick", action="store_true", help="smoke test: 2 blocks of 96 images (no periodic flush "
                         "falls in so short a training)")
     args = parser.parse_args(argv)
@@ -370,31 +375,32 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     t_start, load0 = time.perf_counter(), os.getloadavg()[0]
     workdir, home, data, warm = _prepare(args)
-    results: dict[str, list[dict[str, Any]]] = {s: [] for s in SETTINGS}
+    settings = (*SETTINGS, "none2") if args.control else SETTINGS
+    results: dict[str, list[dict[str, Any]]] = {s: [] for s in settings}
     baseline = {t.ident for t in threading.enumerate()}
     gc_timer = GcTimer()
-    for setting in SETTINGS:  # the untimed block: one-time imports of the process
+    for setting in settings:  # the untimed block: one-time imports of the process
         train_once(setting, warm, args, workdir, "warmup", gc_timer)
         _restore_probes()
         settle(baseline)
-    waited: dict[str, float] = {s: 0.0 for s in SETTINGS}
+    waited: dict[str, float] = {s: 0.0 for s in settings}
     for b in range(args.blocks):
-        order = list(SETTINGS) if b % 2 == 0 else list(reversed(SETTINGS))
+        order = list(settings) if b % 2 == 0 else list(reversed(settings))
         for setting in order:
             results[setting].append(train_once(setting, data, args, workdir, f"b{b}", gc_timer))
             _restore_probes()
             waited[setting] += settle(baseline)
-        steps = sum(len(results[s][-1]["steps"]) for s in SETTINGS)
+        steps = sum(len(results[s][-1]["steps"]) for s in settings)
         print(f"block {b + 1}/{args.blocks}: " + ", ".join(
             f"{s} {1000 * statistics.median(results[s][-1]['steps']):.1f} ms" for s in order)
-            + f"  (steal {1000 * sum(results[s][-1]['steal'] for s in SETTINGS) / steps:.1f} ms/step, other "
-              f"processes {1000 * sum(results[s][-1]['others_cpu'] for s in SETTINGS) / steps:.0f} ms CPU/step)",
+            + f"  (steal {1000 * sum(results[s][-1]['steal'] for s in settings) / steps:.1f} ms/step, other "
+              f"processes {1000 * sum(results[s][-1]['others_cpu'] for s in settings) / steps:.0f} ms CPU/step)",
               flush=True)
     gc_timer.close()
-    report(results, args, SETTINGS)
+    report(results, args, settings)
     print_bookkeeping(args)
     print("  threads left running after a training, waited for: " + ", ".join(
-        f"{s} {waited[s] / args.blocks:.2f} s" for s in SETTINGS))
+        f"{s} {waited[s] / args.blocks:.2f} s" for s in settings))
     print(read_back(home))
     print(f"load average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; "
           f"{time.perf_counter() - t_start:.0f} s in all (python {sys.version.split()[0]})")
