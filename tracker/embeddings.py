@@ -2,14 +2,17 @@
 
 Rules:
 
-* The training thread only copies ``z`` to host memory and queues it: the shape,
+* The training thread at most copies ``z`` to host memory and queues it: the shape,
   dtype and options of a key are checked once (again when the input's kind, shape,
   dtype or device changes), which binds the key's fast path
   (:func:`tracker.embedding_slot.fast_path`); then a call is one copy into a
   recycled buffer of that shape (pinned for a CUDA tensor) and a deque append, with
-  no lock and no wake-up, and it never waits for the worker. :mod:`bench.embeddings`
-  measures the cost against the copy alone, inside a training loop. Everything else
-  happens on one worker thread per run.
+  no lock and no wake-up, and it never waits for the worker. A torch tensor already
+  in host memory is not even copied there: it is queued as is, with its version
+  counter, and the worker copies it (one written in place before that is left out,
+  and the key copies at the call from then on; see :mod:`tracker.embedding_slot`).
+  :mod:`bench.embeddings` measures the cost against the copy alone, inside a
+  training loop. Everything else happens on one worker thread per run.
 * Per key, the worker keeps a rolling window of the last ``window`` samples
   (default 25,600, RankMe's estimate; ``window * D * 4`` bytes) and logs, at the
   step of the newest sample in it:
@@ -78,7 +81,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tracker.embedding_slot import Slot, fast_path
+from tracker.embedding_slot import Slot, dispatcher, fast_path
 from tracker.embedding_window import CHUNK_ROWS, Window
 from tracker.embedding_window import rankme, statistics  # noqa: F401  (public here)
 from tracker.errors import ConfigError, RunError
@@ -113,7 +116,17 @@ def _blocks(matrices: list[np.ndarray], rows: int) -> list[np.ndarray]:
     return out
 
 
-def _as_matrix(z: Any) -> np.ndarray:
+def _as_matrix(z: Any) -> np.ndarray | None:
+    """The (rows, D) matrix of a queued batch: a recycled buffer as is, or a copy of a shared host
+    tensor, ``(tensor, version when queued)``; None for a shared one written in place since."""
+    if type(z) is tuple:
+        tensor, version = z
+        if tensor._version != version:
+            return None
+        torch = sys.modules["torch"]
+        array = tensor.float().numpy() if tensor.dtype not in (torch.float32, torch.float64) else \
+            np.array(tensor.numpy(), copy=True)
+        return None if tensor._version != version else array.reshape(-1, array.shape[-1])
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(z, torch.Tensor):
         z = z.float().numpy() if z.dtype not in (torch.float32, torch.float64) else z.numpy()
@@ -265,7 +278,7 @@ class EmbeddingMonitor:
                     self._recorded.add(state.key)
                     self._record_config()
                 with _one_blas_thread():
-                    left = self._process(state, items)
+                    left = self._process(slot, items)
             except Exception:  # the worker must survive anything
                 log.exception("tracker: embedding statistics of %s in run %s failed", state.key, self.run.run_id)
             if left:  # back at the queue's head, in order, for close()
@@ -279,14 +292,16 @@ class EmbeddingMonitor:
                 self._done.notify_all()
         return bool(taken)
 
-    def _process(self, state: Window, items: list[tuple[int, Any, int, deque[Any]]]) -> list[Any]:
+    def _process(self, slot: Slot, items: list[tuple[int, Any, int, deque[Any]]]) -> list[Any]:
         """Add ``items`` to the window in a few large numpy calls (small batches concatenated into
         blocks of 256 to CHUNK_ROWS rows, fewer as D grows: the worker holds the GIL only between
         them, and once finish() began it stops after the group of batches it is on), then
         evaluate once, at the newest batch's step, if ``every`` samples came since the last
         evaluation: at most one evaluation per take, so a worker behind evaluates as often as it
         can, never more than every ``every`` samples. Returns the batches it left for close()
-        (finish() began while it worked), oldest first."""
+        (finish() began while it worked), oldest first. A shared tensor written in place since it
+        was queued is left out (``slot.changed``) and the key copies at the call from then on."""
+        state = slot.state
         if self._abandoned:
             return []
         if self._closed:  # finishing: only the newest go in
@@ -312,13 +327,31 @@ class EmbeddingMonitor:
         for g, group in enumerate(groups):
             if stopping and self._closed:  # finish() began: the rest goes back, close() takes the newest
                 return [item for rest in groups[g:] for item in rest]
-            for block in _blocks([_as_matrix(item[1]) for item in group], size):
+            matrices = []
+            for item in group:
+                matrix = _as_matrix(item[1])
+                if matrix is None:
+                    self._changed(slot, item[2])
+                else:
+                    matrices.append(matrix)
+            for block in _blocks(matrices, size):
                 state.add(block)
             for _, buf, _, free in group:  # their rows are in the window now
                 free.append(buf)
         if state.due() and not (stopping and self._closed):
             self._evaluate(state, items[-1][0])
         return []
+
+    def _changed(self, slot: Slot, rows: int) -> None:
+        """``rows`` of a shared tensor were written in place before the worker copied them: left out,
+        and the key's next call binds the copying fast path (warned once per key)."""
+        if slot.share:
+            log.warning("tracker: run %s: embeddings %r were written in place after log_embeddings and before "
+                        "their statistics read them; %d rows left out, and from now on the call copies them "
+                        "(log a tensor that is not modified afterwards, or z.clone(), to avoid it)",
+                        self.run.run_id, slot.state.key, rows)
+        slot.share = False
+        slot.changed += rows
 
     def _evaluate(self, state: Window, step: int) -> bool:
         """Evaluate the window and log the statistics at ``step``; False once the run is finished.
@@ -457,4 +490,5 @@ def monitor(run: Any) -> EmbeddingMonitor:
     found = run.__dict__.get("_embeddings")
     if found is None:
         found = run.__dict__["_embeddings"] = EmbeddingMonitor(run)
+        run.__dict__["log_embeddings"] = dispatcher(run, found)  # warm calls one frame shorter
     return found

@@ -196,15 +196,15 @@ def test_a_warm_call_reuses_a_buffer_and_other_shapes_and_dtypes_still_go_in() -
     layer = torch.nn.Linear(4, 8)
     x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
     for step in range(4):
-        run.log_embeddings("z", layer(x), step=step, window=64, every=16)  # requires grad: copied detached
+        run.log_embeddings("z", layer(x).detach().numpy(), step=step, window=64, every=16)  # copied
     assert wait(run)
     slot = run._embeddings._slots["z"]
     free = {id(b) for b in slot.free}
     assert len(free) == 4  # the worker gave every buffer back
-    run.log_embeddings("z", layer(x), step=4)
+    z = layer(x).detach().numpy()
+    run.log_embeddings("z", z, step=4)
     step, buf, rows, _ = slot.queue[-1]
-    assert id(buf) in free and not buf.requires_grad and rows == 16  # a warm call allocates nothing
-    assert torch.equal(buf, layer(x).detach())
+    assert id(buf) in free and rows == 16 and np.array_equal(buf, z)  # a warm call allocates nothing
     assert wait(run)  # its own evaluation (a worker that finds more due batches at once evaluates the newest)
     run.log_embeddings("z", layer(x[:3]).double(), step=5)  # a smaller last batch, another dtype
     run.log_embeddings("z", x @ torch.ones(4, 8), step=6)
@@ -215,6 +215,61 @@ def test_a_warm_call_reuses_a_buffer_and_other_shapes_and_dtypes_still_go_in() -
     assert run._embeddings.keys["z"].filled == 64 and run._embeddings.keys["z"].since == 0
     stored = tracker.query("SELECT step FROM curves WHERE key = 'z/std' ORDER BY step")["step"].to_list()
     assert stored == [3, 4, 6]  # a full window (64 samples) at step 3, then each 16 new ones: 16 at 4, 3 + 16 at 6
+
+
+def test_a_host_tensor_is_queued_as_is_and_one_written_in_place_is_left_out_then_copied(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import torch
+
+    run = tracker.init("emb")
+    layer = torch.nn.Linear(4, 8)
+    gen = torch.Generator().manual_seed(1)
+    xs = [torch.randn(16, 4, generator=gen) for _ in range(7)]
+    z = layer(xs[0])
+    run.log_embeddings("z", z, step=0, window=64, every=16)  # needs 64 rows before the worker takes any
+    slot = run._embeddings._slots["z"]
+    _, (held, version), rows, _ = slot.queue[-1]
+    assert held.data_ptr() == z.data_ptr() and not held.requires_grad and rows == 16  # no copy, no graph
+    assert slot.by_ref and not slot.free and version == z._version
+    z1 = layer(xs[1])
+    run.log_embeddings("z", z1, step=1)
+    with torch.no_grad():
+        z1.mul_(0.0)  # the training writes it in place before the worker read it
+    for step in range(2, 6):
+        run.log_embeddings("z", layer(xs[step]), step=step)
+    assert wait(run)
+    assert slot.changed == 16 and not slot.share and "written in place" in caplog.text
+    z6 = layer(xs[6])
+    run.log_embeddings("z", z6, step=6)  # from now on copied at the call
+    _, buf, _, _ = slot.queue[-1]
+    assert isinstance(buf, torch.Tensor) and buf.data_ptr() != z6.data_ptr() and not slot.by_ref
+    with torch.no_grad():
+        z6.mul_(0.0)  # no longer matters
+    assert wait(run)
+    run.finish()
+    at = tracker.query("SELECT key, value FROM curves WHERE key LIKE 'z/%' AND step = 6")
+    expected = statistics(torch.cat([layer(xs[i]) for i in range(3, 7)]).detach().numpy())  # z1 never went in
+    assert dict(zip((k.split("/", 1)[1] for k in at["key"]), at["value"])) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_view_is_shared_only_when_its_storage_is_at_most_twice_its_size() -> None:
+    import torch
+
+    run = tracker.init("emb")
+    both = torch.randn(32, 8)
+    first, _ = both.chunk(2)  # the two views' halves of one projector output
+    run.log_embeddings("half", first, step=0)
+    assert run._embeddings._slots["half"].by_ref
+    wide = torch.randn(16, 64)
+    run.log_embeddings("slice", wide[:, :8], step=0)  # a slice of something 8 times larger: copied
+    slot = run._embeddings._slots["slice"]
+    _, buf, _, _ = slot.queue[-1]
+    assert not slot.by_ref and buf.untyped_storage().nbytes() == 16 * 8 * 4 and torch.equal(buf, wide[:, :8])
+    run.log_embeddings("half", both[:16].clone(), step=1)  # a same-shaped tensor that is its own: shared
+    assert type(run._embeddings._slots["half"].queue[-1][1]) is tuple
+    run.log_embeddings("half", wide[:16, :8], step=2)  # a large base on the warm path: copied, not shared
+    assert isinstance(run._embeddings._slots["half"].queue[-1][1], torch.Tensor)
+    run.finish()
 
 
 def test_a_warm_call_takes_the_bound_fast_path_and_anything_else_the_checked_one(
