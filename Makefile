@@ -24,7 +24,7 @@ demo: setup
 	$(VENV)/bin/tracker demo
 
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25
 
 shaders: apt
 	$(PY) -m gpu.build_shaders
