@@ -7,8 +7,8 @@ lock, no wake-up, no allocation once warm; the queue is trimmed (oldest first) o
 when the worker fell behind by more than 1.5 windows. :mod:`tracker.embeddings`
 holds the worker.
 
-A torch tensor already in host memory is not copied on the training thread: the
-fast path queues the tensor itself (detached: no autograd graph is kept) with its
+A torch tensor already in host memory (on the CPU device) is not copied on the
+training thread: the fast path queues the tensor itself (detached: no autograd graph is kept) with its
 version counter, and the worker copies it. A tensor written in place before the
 worker copied it (its ``_version`` moved: any in-place op, ``out=`` included) is
 left out of the window, counted in ``changed``, and the key copies on the training
@@ -99,7 +99,7 @@ class Slot:
         self.by_ref = False
         if self.is_torch:
             self.cuda = bool(z.is_cuda)
-            self.by_ref = self.share and not self.cuda and z.untyped_storage().nbytes() <= SHARE_STORAGE * self.nbytes
+            self.by_ref = self.share and z.is_cpu and z.untyped_storage().nbytes() <= SHARE_STORAGE * self.nbytes
             shape, dtype, pin = self.shape, self.dtype, self.cuda
             self.new = lambda: torch.empty(shape, dtype=dtype, pin_memory=pin)
             pool = ("torch", shape, str(dtype), pin)
@@ -171,7 +171,7 @@ def fast_path(monitor: Any, slot: Slot) -> Callable[[Any, Any], bool]:
     limit = SHARE_STORAGE * slot.nbytes
 
     def fast_shared(z: Any, step: Any) -> bool:
-        if type(z) is not kind or z.dtype is not dtype or z.shape != shape or z.is_cuda or monitor._closed \
+        if type(z) is not kind or z.dtype is not dtype or z.shape != shape or not z.is_cpu or monitor._closed \
                 or not slot.share or (z._base is not None and z.untyped_storage().nbytes() > limit):
             return False
         if step is None:
