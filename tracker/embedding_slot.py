@@ -8,16 +8,17 @@ when the worker fell behind by more than 1.5 windows. :mod:`tracker.embeddings`
 holds the worker.
 
 A torch tensor already in host memory (on the CPU device) is not copied on the
-training thread: the fast path queues the tensor itself (detached: no autograd graph is kept) with its
-version counter, and the worker copies it. A tensor written in place before the
-worker copied it (its ``_version`` moved: any in-place op, ``out=`` included) is
-left out of the window, counted in ``changed``, and the key copies on the training
-thread from its next call on. Shared only: a tensor whose storage is at most
-:data:`SHARE_STORAGE` times its own bytes (a ``chunk(2)`` half of the two views'
+training thread: the fast path queues the tensor itself (detached: no autograd graph
+is kept) with its version counter, and the worker copies it. A tensor written in
+place before the worker copied it (its ``_version`` moved: any in-place op, ``out=``
+included) is left out of the window, counted in ``changed``, and the key copies on
+the training thread from its next call on. Shared only: a tensor whose storage is at
+most :data:`SHARE_STORAGE` times its own bytes (a ``chunk(2)`` half of the two views'
 output, not a slice of something much larger), so what the queue holds stays within
-its bound (checked when the key binds its input, then for views on each call). Writes that bypass the version counter (``.data``, a numpy view of the
-tensor) are not seen; a write still running while the worker copies is seen only
-if it finished before the worker's check.
+its bound (checked when the key binds its input, then for views on each call).
+Writes that bypass the version counter (``.data``, a numpy view of the tensor) are
+not seen; a write still running while the worker copies is seen only if it finished
+before the worker's check.
 """
 
 from __future__ import annotations
