@@ -53,7 +53,8 @@ def print_settings(results: Results, args: argparse.Namespace, settings: Sequenc
     print(f"YOLO11n (yolo11n.yaml), imgsz {args.imgsz}, batch {args.batch} (nbs {args.batch}), {args.images} "
           f"images: {timed} timed steps per training after {3}; device {args.device}, workers 0, amp off, val off, "
           f"seed 0, one epoch")
-    print(f"  {args.blocks} blocks of the {len(settings)} settings in ABC/CBA order after an untimed one; torch threads "
+    print(f"  {args.blocks} blocks of the {len(settings)} settings in ABC/CBA order after an untimed one; torch "
+          f"threads "
           f"{', '.join(map(str, threads))} in every setting ("
           f"{'--threads' if args.threads is not None else 'Ultralytics: min(8, CPUs - 1)'}); {os.cpu_count()} CPUs")
     print(f"  track(): flush interval {args.flush_interval or 'default (5 s)'}, loggers "
