@@ -64,7 +64,8 @@ from tracker.analysis.epoch_specs import EPOCH_DETECTORS, OVERFITTING  # noqa: E
 from tracker.analysis.offline import _environment, _store, find_run  # noqa: E402
 from tracker.analysis.epochs import History  # noqa: E402
 from tracker.analysis.real_corpus import (  # noqa: E402
-    FRESH_BATCH, KINDS, Detection, detections, format_table, import_corpus, load_eye_labels, load_manifest, score,
+    FRESH_BATCH, KINDS, Detection, detections, format_table, import_corpus, load_eye_labels, load_eye_readers, load_manifest,
+    score,
 )
 
 CORPUS = ROOT / "tests" / "data" / "real_runs"
@@ -194,6 +195,35 @@ def _by_eye(runs: list[Any], *found: dict[str, dict[str, Detection]]) -> None:
                     scored = {k: v for k, v in scored.items() if k in ONLINE_KINDS}
                 print(format_table(scored, f"{name}, labelled by eye ({len(subset)}{which}): {title}"))
                 print()
+        _by_reader(labelled, found[0], part)
+
+
+def _by_reader(labelled: list[Any], found: dict[str, dict[str, Detection]], part: str) -> None:
+    """The findings scored against each reader of ``eye-readers/`` apart, for the runs every reader read: how
+    far the score depends on who read the curves (the tables above use their majority)."""
+    readers = load_eye_readers(CORPUS)
+    names = {r.name for r in labelled}
+    for reader in readers.values():
+        names &= set(reader)
+    if not readers or not names:
+        return
+    print(f"{EYE_PART[part]}, {len(names)} runs read by {len(readers)} readers apart: the findings against each "
+          "reader's labels, P / R (TP/FP/FN)")
+    per = {who: score([replace(r, labels=labels[r.name].labels) for r in labelled if r.name in names], found)[part]
+           for who, labels in readers.items()}
+    print(f"  {'verdict':16s} " + "".join(f"{who:>22s}" for who in per))
+    for kind in KINDS:
+        cells = [per[who][kind] for who in per]
+        if not any(c.tp + c.fn + c.fp for c in cells):
+            continue
+        print(f"  {kind:16s} " + "".join(f"{_pr(c):>22s}" for c in cells))
+    print()
+
+
+def _pr(s: Any) -> str:
+    """``P / R (tp/fp/fn)`` of one score, ``-`` for an undefined ratio."""
+    p, r = ("-" if v is None else f"{v:.2f}" for v in (s.precision, s.recall))
+    return f"{p} / {r} ({s.tp}/{s.fp}/{s.fn})"
 
 
 def main() -> None:

@@ -13,7 +13,9 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from tracker.analysis import analyze
-from tracker.analysis.real_corpus import FRESH_BATCH, KINDS, import_corpus, load_manifest
+from tracker.analysis.real_corpus import (
+    FRESH_BATCH, KINDS, EyeLabels, Label, import_corpus, load_eye_labels, load_eye_readers, load_manifest, majority,
+)
 from tracker.cli import build_cli
 from tracker.commands.analyze import render
 
@@ -63,6 +65,35 @@ def test_each_transcribed_file_has_the_character_count_its_note_records() -> Non
                 text = fh.read()  # CRLF files keep their line ends: the count is of the stored text
             assert len(text) == int(note.group(1)), entry["name"]
     assert counted >= 70 and sum(e["task"] == "detect" for e in entries) >= 45
+
+
+def test_the_majority_of_three_readings_labels_a_kind_two_of_them_read_at_their_median_onset() -> None:
+    def read(clear: bool = True, **onsets: int) -> EyeLabels:
+        return EyeLabels({k: Label(k, o, f"{k} read at {o}", o - 1 if k == "overfitting" else None,
+                                   "val/box_loss" if k == "overfitting" else None) for k, o in onsets.items()}, clear)
+
+    m = majority({"a": read(overfitting=30, stopped_early=99), "b": read(overfitting=12), "c": read(stopped_early=99)})
+    assert set(m.labels) == {"overfitting", "stopped_early"} and not m.clear  # the readers differ: borderline
+    assert (m.labels["overfitting"].onset, m.labels["overfitting"].best) == (12, 11)  # median_low of two
+    assert m.labels["overfitting"].key == "val/box_loss" and m.labels["overfitting"].reason.startswith("2 of 3")
+    assert majority({"a": read(overfitting=5), "b": read(), "c": read()}).labels == {}  # one reader of three
+    same = majority({"a": read(non_finite=7), "b": read(non_finite=9), "c": read(non_finite=8)})
+    assert same.clear and same.labels["non_finite"].onset == 8
+    assert not majority({"a": read(False), "b": read(), "c": read()}).clear  # one reader unsure
+    with pytest.raises(ValueError):
+        majority({})
+
+
+def test_runs_read_by_several_readers_carry_their_majority_in_the_eye_labels() -> None:
+    readers, eye = load_eye_readers(CORPUS), load_eye_labels(CORPUS)
+    assert len(readers) >= 3, "eye-readers/ holds one file per reader of the fresh batch"
+    names = set.intersection(*(set(r) for r in readers.values()))
+    assert len(names) >= 20 and names <= set(eye)
+    for name in names:
+        m = majority({who: r[name] for who, r in readers.items()})
+        assert {k: (v.onset, v.best) for k, v in eye[name].labels.items()} == {
+            k: (v.onset, v.best) for k, v in m.labels.items()}, name
+        assert eye[name].clear == m.clear, name
 
 
 def test_a_zero_box_loss_run_gets_the_zero_loss_and_collapse_verdicts(imported: Any) -> None:

@@ -130,6 +130,43 @@ def load_eye_labels(folder: Path) -> dict[str, EyeLabels]:
             for entry in data.get("run", [])}
 
 
+def load_eye_readers(folder: Path) -> dict[str, dict[str, EyeLabels]]:
+    """reader -> name -> :class:`EyeLabels` of ``folder/eye-readers/*.toml``: the runs read by several readers
+    apart, one file per reader (the file's stem names the reader; {} when there is no such folder). Their
+    majority (:func:`majority`) is what ``eye-labels.toml`` holds for those runs."""
+    out = {}
+    for path in sorted((Path(folder) / "eye-readers").glob("*.toml")):
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise DataError(f"cannot read the eye labels {path}: {exc}") from None
+        out[path.stem] = {str(e["name"]): EyeLabels(_labels(e, path), e.get("confidence") == "clear")
+                          for e in data.get("run", [])}
+    return out
+
+
+def majority(readings: Mapping[str, EyeLabels]) -> EyeLabels:
+    """One run's labels from several independent readings (reader -> :class:`EyeLabels`): a kind is labelled
+    when more than half the readers label it, at the median onset (and best epoch) of those that do, with
+    their most common key; ``clear`` only when every reader gives the same kinds and calls its reading clear."""
+    if not readings:
+        raise ValueError("majority() needs at least one reading")
+    n = len(readings)
+    labels = {}
+    for kind in KINDS:
+        agree = [r.labels[kind] for r in readings.values() if kind in r.labels]
+        if 2 * len(agree) <= n:
+            continue
+        keys = [a.key for a in agree if a.key]
+        bests = [a.best for a in agree if a.best is not None]
+        labels[kind] = Label(kind, int(statistics.median_low([a.onset for a in agree])),
+                             f"{len(agree)} of {n} readers: {agree[0].reason}",
+                             int(statistics.median_low(bests)) if bests else None,
+                             max(keys, key=keys.count) if keys else None)
+    kinds = {frozenset(r.labels) for r in readings.values()}
+    return EyeLabels(labels, len(kinds) == 1 and all(r.clear for r in readings.values()))
+
+
 def import_corpus(runs: Iterable[RealRun], home: Path) -> dict[str, str]:
     """Import every run's folder into the store under ``home`` with the Ultralytics importer; name -> run id."""
     from tracker.host import get_host
