@@ -25,7 +25,7 @@ USED = ("anemia-zero-box", "wheat-weed-v8", "fabric-cls", "handraising-y12", "co
         "cv2027-seg-y26", "paludo-cls", "valvision-cls", "smartdevice-cls", "test1802-y5", "messflow-seg-y26",
         "coffee-train4-inf", "warmcool-cls", "trafficsign-y5", "kickboard-v8", "yusuf-cls", "dl3-y26-det",
         "tfproject-pose", "fretvision-seg-y26", "cows-pose", "yoloproject-det", "cardamage-seg", "dlfinal-seg",
-        "orchestration-y5", "droneview-obb", "kposecoco-pose", "handfist-det")
+        "orchestration-y5", "droneview-obb", "kposecoco-pose", "handfist-det", "autoatc-pose", "strawberry-seg")
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +110,26 @@ def test_a_validation_set_without_boxes_gets_the_zero_loss_verdict(imported: Any
     zero = findings(imported, "atpug-val-nolabels")["zero_loss"]
     assert zero.data["side"] == "val" and set(zero.data["keys"]) == {"val/box_loss", "val/dfl_loss"}
     assert "validation images have no targets" in zero.message and "val split" in zero.data["advice"]
+
+
+def test_a_term_at_zero_on_both_sides_with_every_metric_at_zero_is_a_zero_loss(imported: Any) -> None:
+    # yolov8n-pose: box, pose, kobj and DFL losses 0 in training and validation, the class loss not, every metric 0
+    found = findings(imported, "autoatc-pose")
+    zero = found["zero_loss"]
+    assert zero.severity == "error" and zero.data["side"] == "both" and zero.data["onset"] == 1
+    assert set(zero.data["keys"]) == {"train/box_loss", "train/pose_loss", "train/kobj_loss", "train/dfl_loss"}
+    assert "train/cls_loss is not" in zero.message and "label file" in zero.data["advice"]
+    assert "metric_collapse" in found
+
+
+def test_a_validation_that_computes_none_of_its_losses_is_a_zero_loss_warning(imported: Any) -> None:
+    # Ultralytics 8.0 segmentation: val box/seg/dfl 0 and val/cls inf at every epoch while mAP50 climbs to 0.9
+    found = findings(imported, "strawberry-seg")
+    zero = found["zero_loss"]
+    assert zero.severity == "warning" and zero.data["side"] == "uncomputed" and zero.data["onset"] == 0
+    assert set(zero.data["keys"]) == {"val/box_loss", "val/seg_loss", "val/cls_loss", "val/dfl_loss"}
+    assert "none of its losses" in zero.message and "model.val()" in zero.data["advice"]
+    assert "overfitting" not in found and "non_finite" in found
 
 
 def test_an_unused_zero_term_is_no_finding(imported: Any) -> None:

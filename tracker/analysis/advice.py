@@ -44,6 +44,10 @@ ADVICE: dict[str, str] = {
         "the validation images have no targets: check the val split's label files (labels/ next to images/) "
         "and that data.yaml's val path points at the labelled images"
     ),
+    "zero_loss_uncomputed": (
+        "the validation did not compute its losses: validate with a current ultralytics release "
+        "(model.val() on a checkpoint) to get them, and judge this run on its metrics meanwhile"
+    ),
     "stopped_early": (
         "resume from the last checkpoint (Ultralytics resume=True) to finish the schedule, "
         "or accept the best epoch if early stopping ended it"

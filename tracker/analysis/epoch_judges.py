@@ -23,8 +23,13 @@ about. Defaults and why are in :mod:`tracker.analysis.epoch_specs`.
   validation loss at 0 while a metric is above 0 is a term the validation does not
   compute, YOLO26's ``sem_loss``). Every loss of the run at 0 is a finding too (a
   single class, nothing to learn). A loss at 0 whose twin is 0 too, beside other
-  losses that are not, is an unused term (YOLO26 ``sem_loss``) and no finding; a
-  train loss at 0 with no twin while the other train losses are not is a warning.
+  losses that are not, is an unused term (YOLO26 ``sem_loss``) and no finding, unless
+  every metric is 0 at every point as well: then no target ever reached it (a pose run
+  whose box, pose and DFL losses are 0 in training and validation while its class loss
+  is not, batch 7). A train loss at 0 with no twin while the other train losses are not
+  is a warning, and so is a validation that computes none of its losses (each one 0 or
+  not finite at every point while the metrics are above 0: the losses say nothing, an
+  Ultralytics 8.0 segmentation run of batch 7).
 * ``stopped_early``: judged at the last point of a run that is not running. The
   config's planned epochs (``epochs``, ``max_epochs``, ...) against the epochs done,
   else the learning-rate schedule, never while it warms up: from the last step of
@@ -185,7 +190,9 @@ class ZeroLoss:
         onsets = {k: self._zeros(h, k) for k in present}
         if present and all(o is not None for o in onsets.values()):
             return self._all_zero(h, present, max(o for o in onsets.values() if o is not None))
-        found: dict[str, list[tuple[str, int, str | None]]] = {"train": [], "val": [], "alone": []}
+        found: dict[str, list[tuple[str, int, str | None]]] = {"train": [], "val": [], "alone": [], "both": [],
+                                                                "uncomputed": []}
+        never = not _metric_above_zero(h, int(h.steps[0])) if h.metrics else False
         for key in present:
             onset = onsets[key]
             if onset is None:
@@ -197,11 +204,19 @@ class ZeroLoss:
                     continue  # a term the validation does not compute (YOLO26 sem_loss): it has targets
                 if tv.size and float(np.median(np.abs(tv))) > ZERO:
                     found["val" if is_val(key) else "train"].append((key, onset, twin))
+                elif never and not is_val(key) and onsets.get(twin) is not None:
+                    found["both"].append((key, onset, twin))  # 0 on both sides and nothing ever detected
             elif not is_val(key):
                 others = [k for k in h.train_losses if k != key and k in h.series]
                 if others and all(np.nanmax(np.abs(h.finite(k)[1]), initial=0.0) > ZERO for k in others):
                     found["alone"].append((key, onset, None))
-        side = next((s for s in ("train", "val", "alone") if found[s]), None)
+        val = [k for k in present if is_val(k)]
+        if val and h.metrics and not found["val"] and all(onsets[k] is not None or not h.finite(k)[1].size for k in val) \
+                and any(onsets[k] is not None for k in val) and _metric_above_zero(h, int(h.steps[0])) \
+                and any(float(np.nanmax(np.abs(h.finite(k)[1]), initial=0.0)) > ZERO for k in h.train_losses
+                        if k in h.series):
+            found["uncomputed"] = [(k, int(onsets[k] if onsets[k] is not None else h.steps[0]), None) for k in val]
+        side = next((s for s in ("train", "val", "both", "alone", "uncomputed") if found[s]), None)
         if side is None:
             return None
         hits = found[side]
@@ -210,12 +225,16 @@ class ZeroLoss:
             "train": f"while {twin} is not: no target or positive ever reached it in training",
             "val": f"while {twin} is not: the validation images have no targets",
             "alone": "while the other train losses are not: if this term should be active, its targets are missing",
+            "both": f"in training and validation while {_nonzero(h)} is not and every metric is 0: no target or "
+                    "positive ever reached it",
+            "uncomputed": "(or not finite) while the metrics are above 0: the validation computes none of its losses, "
+                          "so they say nothing (no overfitting can be judged on them)",
         }[side]
         verb = "is" if len(hits) == 1 else "are"
         msg = f"{', '.join(k for k, *_ in hits)} {verb} exactly 0 at every {h.unit} since {h.when(onset)} {why}"
-        return _event(h, "zero_loss", key, int(h.steps[-1]), "warning" if side == "alone" else "error", msg,
-                      onset=onset, keys=[k for k, *_ in hits], twin_key=twin, side=side,
-                      advice=ADVICE["zero_loss_val" if side == "val" else "zero_loss"],
+        return _event(h, "zero_loss", key, int(h.steps[-1]), "warning" if side in ("alone", "uncomputed") else "error",
+                      msg, onset=onset, keys=[k for k, *_ in hits], twin_key=twin, side=side,
+                      advice=ADVICE[{"val": "zero_loss_val", "uncomputed": "zero_loss_uncomputed"}.get(side, "zero_loss")],
                       confidence=1.0 - 0.5 ** self.patience)
 
 
@@ -236,6 +255,12 @@ def _val_size(h: History) -> float | None:
     gaps = np.diff(levels)
     gaps = gaps[gaps > 1e-4]
     return 1.0 / float(gaps.min()) if gaps.size else None
+
+
+def _nonzero(h: History) -> str:
+    """The first train loss that is not 0 at every point (for a message)."""
+    return next((k for k in h.train_losses if k in h.series
+                 and float(np.nanmax(np.abs(h.finite(k)[1]), initial=0.0)) > ZERO), "another loss")
 
 
 def _metric_above_zero(h: History, since: int) -> bool:
