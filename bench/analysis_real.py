@@ -7,17 +7,18 @@ event) of the run's *findings* (the epoch judges, and the streams' first NaN/inf
 divergence) in three parts, apart (:data:`tracker.analysis.real_corpus.PARTS`):
 
 * **tuning** runs (``holdout = false``);
-* **held out, seen**: the held-out runs of batches 1-6, scored before and their
+* **held out, seen**: the held-out runs of batches 1-7, scored before and their
   misses read, so no longer a fair test;
-* **fresh**: held-out runs of batch ``FRESH_BATCH`` (7) on, only with ``--fresh``.
+* **fresh**: held-out runs of batch ``FRESH_BATCH`` (8) on, only with ``--fresh``.
   Without it those runs are not imported or judged at all: run ``--fresh`` once,
-  when the batch is complete, for the honest held-out score.
+  when the batch is complete and read by eye (three readers apart, ``eye-readers/``,
+  their majority in ``eye-labels.toml``), for the honest held-out score.
 
 The held-out runs labelled by eye (batches 4 on; ``eye-labels.toml``: read off the
 curves by someone who saw neither the written definitions, ``label_runs.py``'s labels
 nor any verdict) are scored a second time against those labels, per part (the fresh batch
-only with ``--fresh``; batches 4-6 are seen: the epoch judges' gates were set on the eye
-labels of 4 and 6), with a table of where the two label sets agree. The definitions'
+only with ``--fresh``; batches 4-7 are seen: the epoch judges' gates were set on the eye
+labels of 4, 6 and 7), with a table of where the two label sets agree. The definitions'
 labels and the verdicts share a rule, so a verdict
 that follows its definition scores well against them by construction; the eye's labels
 are the independent check.
@@ -85,7 +86,7 @@ GRID: dict[str, dict[str, list[Any]]] = {
 }
 EYE_PART = {"fresh": f"held-out runs, fresh (batch {FRESH_BATCH} on)",
             "holdout": f"held-out runs, seen (batches 4-{FRESH_BATCH - 1}; the epoch judges' gates were set on "
-                       "the eye labels of batches 4 and 6)"}
+                       "the eye labels of batches 4, 6 and 7)"}
 TITLES = {"tuning": "tuning runs",
           "holdout": f"held-out runs, seen (batches 1-{FRESH_BATCH - 1}: scored before, their misses read)",
           "fresh": f"held-out runs, fresh (batch {FRESH_BATCH} on: no verdict ran on them before)"}
@@ -161,7 +162,7 @@ def _print_five(shown: dict[str, Any]) -> None:
 
 def _by_eye(runs: list[Any], *found: dict[str, dict[str, Detection]]) -> None:
     """The held-out runs labelled by eye (``eye-labels.toml``) scored against those labels, per part (fresh:
-    no verdict ran on them before; seen: batches 4-6, the judges' gates set on those of 4 and 6), and how
+    no verdict ran on them before; seen: batches 4-7, the judges' gates set on those of 4, 6 and 7), and how
     the two label sets agree: the definitions' labels and the verdicts share a rule, the eye's share nothing."""
     eye = load_eye_labels(CORPUS)
     read = [replace(r, labels=eye[r.name].labels) for r in runs if r.holdout and r.name in eye]
@@ -201,12 +202,17 @@ def _by_eye(runs: list[Any], *found: dict[str, dict[str, Detection]]) -> None:
 def _by_reader(labelled: list[Any], found: dict[str, dict[str, Detection]], part: str) -> None:
     """The findings scored against each reader of ``eye-readers/`` apart, for the runs every reader read: how
     far the score depends on who read the curves (the tables above use their majority)."""
-    readers = load_eye_readers(CORPUS)
-    names = {r.name for r in labelled}
-    for reader in readers.values():
-        names &= set(reader)
-    if not readers or not names:
-        return
+    every = load_eye_readers(CORPUS)
+    for group in sorted({who.split("-")[0] for who in every}):  # batch7-a, batch7-b, ...: one group per batch
+        readers = {who: r for who, r in every.items() if who.split("-")[0] == group}
+        names = {r.name for r in labelled}.intersection(*map(set, readers.values()))
+        if names:
+            _print_readers(labelled, found, part, readers, names)
+
+
+def _print_readers(labelled: list[Any], found: dict[str, dict[str, Detection]], part: str,
+                   readers: dict[str, Any], names: set[str]) -> None:
+    """One group's table of :func:`_by_reader`."""
     print(f"{EYE_PART[part]}, {len(names)} runs read by {len(readers)} readers apart: the findings against each "
           "reader's labels, P / R (TP/FP/FN)")
     per = {who: score([replace(r, labels=labels[r.name].labels) for r in labelled if r.name in names], found)[part]

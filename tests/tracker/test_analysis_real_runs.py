@@ -46,7 +46,7 @@ def test_the_manifest_names_source_licence_labels_and_a_held_out_third() -> None
     assert len(runs) >= 40
     assert all(r.source["repo"].count("/") == 1 and len(r.source["commit"]) == 40 for r in runs)
     assert all(r.source["path"].endswith("results.csv") and r.source["licence"] for r in runs)
-    assert 1 / 3 <= sum(r.holdout for r in runs) / len(runs) <= 0.7  # a fresh batch is held out whole
+    assert 1 / 3 <= sum(r.holdout for r in runs) / len(runs) <= 0.75  # a fresh batch is held out whole
     assert {r.batch for r in runs} >= {1, 2, 3} and all(r.part == "tuning" for r in runs if not r.holdout)
     assert {r.part for r in runs if r.holdout and r.batch < FRESH_BATCH} == {"holdout"}  # earlier batches are seen
     assert all(r.part == "fresh" for r in runs if r.holdout and r.batch >= FRESH_BATCH)
@@ -85,15 +85,18 @@ def test_the_majority_of_three_readings_labels_a_kind_two_of_them_read_at_their_
 
 
 def test_runs_read_by_several_readers_carry_their_majority_in_the_eye_labels() -> None:
-    readers, eye = load_eye_readers(CORPUS), load_eye_labels(CORPUS)
-    assert len(readers) >= 3, "eye-readers/ holds one file per reader of the fresh batch"
-    names = set.intersection(*(set(r) for r in readers.values()))
-    assert len(names) >= 20 and names <= set(eye)
-    for name in names:
-        m = majority({who: r[name] for who, r in readers.items()})
-        assert {k: (v.onset, v.best) for k, v in eye[name].labels.items()} == {
-            k: (v.onset, v.best) for k, v in m.labels.items()}, name
-        assert eye[name].clear == m.clear, name
+    every, eye = load_eye_readers(CORPUS), load_eye_labels(CORPUS)
+    groups = {who.split("-")[0] for who in every}  # batch7-a: reader a of batch 7
+    assert len(groups) >= 1 and len(every) >= 3 * len(groups), "eye-readers/ holds three readers per batch"
+    for group in groups:
+        readers = {who: r for who, r in every.items() if who.split("-")[0] == group}
+        names = set.intersection(*(set(r) for r in readers.values()))
+        assert len(names) >= 20 and names <= set(eye), group
+        for name in names:
+            m = majority({who: r[name] for who, r in readers.items()})
+            assert {k: (v.onset, v.best) for k, v in eye[name].labels.items()} == {
+                k: (v.onset, v.best) for k, v in m.labels.items()}, name
+            assert eye[name].clear == m.clear, name
 
 
 def test_a_zero_box_loss_run_gets_the_zero_loss_and_collapse_verdicts(imported: Any) -> None:
@@ -120,6 +123,7 @@ def test_a_term_at_zero_on_both_sides_with_every_metric_at_zero_is_a_zero_loss(i
     assert set(zero.data["keys"]) == {"train/box_loss", "train/pose_loss", "train/kobj_loss", "train/dfl_loss"}
     assert "train/cls_loss is not" in zero.message and "label file" in zero.data["advice"]
     assert "metric_collapse" in found
+    assert "zero_loss" not in findings(imported, "messflow-seg-y26")  # YOLO26 sem_loss at 0 in a run that learnt nothing
 
 
 def test_a_validation_that_computes_none_of_its_losses_is_a_zero_loss_warning(imported: Any) -> None:

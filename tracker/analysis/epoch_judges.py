@@ -24,9 +24,10 @@ about. Defaults and why are in :mod:`tracker.analysis.epoch_specs`.
   compute, YOLO26's ``sem_loss``). Every loss of the run at 0 is a finding too (a
   single class, nothing to learn). A loss at 0 whose twin is 0 too, beside other
   losses that are not, is an unused term (YOLO26 ``sem_loss``) and no finding, unless
-  every metric is 0 at every point as well: then no target ever reached it (a pose run
-  whose box, pose and DFL losses are 0 in training and validation while its class loss
-  is not, batch 7). A train loss at 0 with no twin while the other train losses are not
+  every metric is 0 at every point as well and the box loss is among them (a box term
+  is never unused): then no target ever reached it (a pose run whose box, pose and DFL
+  losses are 0 in training and validation while its class loss is not, batch 7; a
+  YOLO26 run that learnt nothing has its ``sem_loss`` at 0 and is no finding). A train loss at 0 with no twin while the other train losses are not
   is a warning, and so is a validation that computes none of its losses (each one 0 or
   not finite at every point while the metrics are above 0: the losses say nothing, an
   Ultralytics 8.0 segmentation run of batch 7).
@@ -210,6 +211,8 @@ class ZeroLoss:
                 others = [k for k in h.train_losses if k != key and k in h.series]
                 if others and all(np.nanmax(np.abs(h.finite(k)[1]), initial=0.0) > ZERO for k in others):
                     found["alone"].append((key, onset, None))
+        if not any("box" in k for k, *_ in found["both"]):
+            found["both"] = []  # no box term among them: an unused term (YOLO26 sem_loss) of a run that learnt nothing
         val = [k for k in present if is_val(k)]
         if val and h.metrics and not found["val"] and all(onsets[k] is not None or not h.finite(k)[1].size for k in val) \
                 and any(onsets[k] is not None for k in val) and _metric_above_zero(h, int(h.steps[0])) \

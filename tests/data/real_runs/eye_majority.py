@@ -6,7 +6,8 @@ it (``tracker.analysis.real_corpus.majority``). Prints, per kind, how many runs 
 count of readers labelled, then one ``[[run]]`` per run read by every reader, to append
 to ``eye-labels.toml``.
 
-Run: ``python tests/data/real_runs/eye_majority.py``.
+Run: ``python tests/data/real_runs/eye_majority.py [GROUP]``: GROUP (``batch8``) takes the reader files
+named ``GROUP-*.toml`` only; the readers of one batch read the same runs.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from tracker.analysis.real_corpus import KINDS, load_eye_readers, majority  # no
 
 
 def main() -> None:
-    readers = load_eye_readers(HERE)
+    every = load_eye_readers(HERE)
+    group = sys.argv[1] if len(sys.argv) > 1 else None
+    readers = {who: r for who, r in every.items() if group is None or who.split("-")[0] == group}
     if not readers:
-        sys.exit(f"no reader files in {HERE / 'eye-readers'}")
+        sys.exit(f"no reader files{f' of {group}' if group else ''} in {HERE / 'eye-readers'}")
     names = sorted(set.intersection(*(set(r) for r in readers.values())))
     n = len(readers)
     print(f"# {len(names)} runs read by all {n} readers ({', '.join(readers)}); per kind, runs labelled by "
