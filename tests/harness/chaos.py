@@ -74,6 +74,7 @@ class ChaosReport:
     killed_while_logging: int = 0
     ingester_kills: int = 0
     finished_early: int = 0
+    waited_for_flush: int = 0  # logging rounds killed only after more rows were durable than before
     durable_steps: list[int] = field(default_factory=list)
     final_steps: int = 0
 
@@ -81,7 +82,7 @@ class ChaosReport:
         return (
             f"{self.rounds} rounds: {self.killed_before_init} kills during start/resume, "
             f"{self.killed_while_logging} while logging, {self.ingester_kills} ingester kills, "
-            f"{self.finished_early} finished before the kill; final curve {self.final_steps} steps, "
+            f"{self.finished_early} finished before the kill, {self.waited_for_flush} after a flush; final curve {self.final_steps} steps, "
             "no duplicate, no gap, nothing durable lost"
         )
 
@@ -129,6 +130,19 @@ def check(home: Path, durable_before: int | None) -> int | None:
     return d
 
 
+def _wait_durable(home: Path, durable: int | None, proc: subprocess.Popen[str], timeout: float) -> bool:
+    """Wait until a flush made more steps durable than ``durable`` (True), or the
+    trainer ended, or ``timeout`` passed (False). On a loaded machine the first flush can
+    come after a kill drawn at random, and a test would then never kill a run with rows."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        d = _durable(home)
+        if d is not None and (durable is None or d > durable):
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def _spawn(script: Path, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
@@ -153,9 +167,14 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> list[str]:
 
 
 def run_rounds(home: Path, rounds: int, *, seed: int = 0, target: int = 10**9, max_kill_s: float = 2.5,
-               ingest_share: float = 0.7, early_share: float = 0.3, then_steps: int | None = None) -> ChaosReport:
+               ingest_share: float = 0.7, early_share: float = 0.3, after_flush_share: float = 0.5,
+               then_steps: int | None = None) -> ChaosReport:
     """Kill-and-resume ``rounds`` times (module doc); then, with ``then_steps``, log that
-    many more steps without a kill and check the whole curve. Raises :class:`ChaosError`."""
+    many more steps without a kill and check the whole curve. Raises :class:`ChaosError`.
+
+    A share ``after_flush_share`` of the rounds killed while logging waits for a flush that
+    makes more rows durable before its random delay: a kill then always has rows behind it,
+    however slow the machine is to write its first chunk."""
     rng = random.Random(seed)
     home.mkdir(parents=True, exist_ok=True)
     train, ingest = home / "chaos_train.py", home / "chaos_ingest.py"
@@ -175,6 +194,8 @@ def run_rounds(home: Path, rounds: int, *, seed: int = 0, target: int = 10**9, m
             time.sleep(rng.uniform(0.0, 0.3))  # within a quiet machine's start (about 0.4 s to init)
         else:  # a kill while logging (and flushing, and maybe ingesting)
             lines += _read_line(proc, 60.0)
+            if rng.random() < after_flush_share:
+                report.waited_for_flush += _wait_durable(home, durable, proc, 60.0)
             time.sleep(rng.uniform(0.0, max_kill_s))
         if ing is not None and time.monotonic() - t0 >= t_ing:
             report.ingester_kills += _kill(ing)

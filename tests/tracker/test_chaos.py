@@ -16,6 +16,7 @@ def test_random_kills_during_start_resume_logging_and_ingestion(home: Path) -> N
     assert report.killed_while_logging >= 1  # the seed puts kills in every phase
     assert report.killed_before_init >= 1
     assert report.ingester_kills >= 1
+    assert report.waited_for_flush >= 1  # some kills have durable rows behind them
     assert report.final_steps > 500
     durable = report.durable_steps
     assert durable == sorted(durable) and durable[-1] > 0
