@@ -209,15 +209,14 @@ class ZeroLoss:
                     found["both"].append((key, onset, twin))  # 0 on both sides and nothing ever detected
             elif not is_val(key):
                 others = [k for k in h.train_losses if k != key and k in h.series]
-                if others and all(np.nanmax(np.abs(h.finite(k)[1]), initial=0.0) > ZERO for k in others):
+                if others and all(_ever_nonzero(h, k) for k in others):
                     found["alone"].append((key, onset, None))
         if not any("box" in k for k, *_ in found["both"]):
             found["both"] = []  # no box term among them: an unused term (YOLO26 sem_loss) of a run that learnt nothing
         val = [k for k in present if is_val(k)]
         if val and h.metrics and not found["val"] and all(onsets[k] is not None or not h.finite(k)[1].size for k in val) \
                 and any(onsets[k] is not None for k in val) and _metric_above_zero(h, int(h.steps[0])) \
-                and any(float(np.nanmax(np.abs(h.finite(k)[1]), initial=0.0)) > ZERO for k in h.train_losses
-                        if k in h.series):
+                and any(_ever_nonzero(h, k) for k in h.train_losses if k in h.series):
             found["uncomputed"] = [(k, int(onsets[k] if onsets[k] is not None else h.steps[0]), None) for k in val]
         side = next((s for s in ("train", "val", "both", "alone", "uncomputed") if found[s]), None)
         if side is None:
@@ -260,10 +259,14 @@ def _val_size(h: History) -> float | None:
     return 1.0 / float(gaps.min()) if gaps.size else None
 
 
+def _ever_nonzero(h: History, key: str) -> bool:
+    """Whether ``key`` is above 0 (in magnitude) at some finite point."""
+    return float(np.nanmax(np.abs(h.finite(key)[1]), initial=0.0)) > ZERO
+
+
 def _nonzero(h: History) -> str:
     """The first train loss that is not 0 at every point (for a message)."""
-    return next((k for k in h.train_losses if k in h.series
-                 and float(np.nanmax(np.abs(h.finite(k)[1]), initial=0.0)) > ZERO), "another loss")
+    return next((k for k in h.train_losses if k in h.series and _ever_nonzero(h, k)), "another loss")
 
 
 def _metric_above_zero(h: History, since: int) -> bool:
