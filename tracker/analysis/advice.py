@@ -48,6 +48,10 @@ ADVICE: dict[str, str] = {
         "the validation did not compute its losses: validate with a current ultralytics release "
         "(model.val() on a checkpoint) to get them, and judge this run on its metrics meanwhile"
     ),
+    "val_losses_absent": (
+        "judge this run on its metrics; for validation losses, train a GELAN model (train.py) or run "
+        "val_dual.py with its loss line enabled"
+    ),
     "stopped_early": (
         "resume from the last checkpoint (Ultralytics resume=True) to finish the schedule, "
         "or accept the best epoch if early stopping ended it"

@@ -30,7 +30,9 @@ about. Defaults and why are in :mod:`tracker.analysis.epoch_specs`.
   YOLO26 run that learnt nothing has its ``sem_loss`` at 0 and is no finding). A train loss at 0 with no twin while the other train losses are not
   is a warning, and so is a validation that computes none of its losses (each one 0 or
   not finite at every point while the metrics are above 0: the losses say nothing, an
-  Ultralytics 8.0 segmentation run of batch 7).
+  Ultralytics 8.0 segmentation run of batch 7). Where that is by design, a YOLOv9 model
+  trained by WongKinYiu/yolov9's ``train_dual.py`` (WongKinYiu/yolov9#132), it is an
+  info event of kind ``val_losses_absent``, not a zero-loss finding.
 * ``stopped_early``: judged at the last point of a run that is not running. The
   config's planned epochs (``epochs``, ``max_epochs``, ...) against the epochs done,
   else the learning-rate schedule, never while it warms up: from the last step of
@@ -46,7 +48,15 @@ about. Defaults and why are in :mod:`tracker.analysis.epoch_specs`.
   running median of 3: a one-epoch dip is no minimum) for
   ``patience`` points in a row, having climbed back at least ``min_span`` of the way
   it had fallen before that minimum (a loss near zero that doubles from 0.03 to 0.06
-  after falling from 1.2 is noise, not a divergence).
+  after falling from 1.2 is noise, not a divergence). Two gates against what is no
+  divergence: the climb must be at least ``min_jump`` times the loss's own noise (the
+  median step-to-step change of the points before the climb, where there are at least
+  ``noise_points`` of them: a loss that swings 1.1-5.0 from epoch to epoch on an 8-image
+  set and reaches 4.8 for two epochs is noise; a pose run of batch 7); and a climb that
+  starts once the config's ``close_mosaic`` epochs turned the mosaic off (Ultralytics:
+  the last ``close_mosaic`` of ``epochs``) is judged against the minimum since then
+  only: the losses step up when the pipeline changes, which is no divergence (batch 8's
+  readers, all three).
 """
 
 from __future__ import annotations
@@ -58,7 +68,7 @@ import numpy as np
 
 from tracker.analysis.advice import ADVICE
 from tracker.analysis.detectors import StreamContext, clean, fmt
-from tracker.analysis.epochs import ZERO, History, is_val
+from tracker.analysis.epochs import ZERO, History, config_value, is_val
 from tracker.events import Event
 
 Check = Callable[[History], "Event | None"]
@@ -223,6 +233,12 @@ class ZeroLoss:
             return None
         hits = found[side]
         key, onset, twin = hits[0]
+        if side == "uncomputed" and _dual_head(h):
+            msg = (f"{', '.join(k for k, *_ in hits)} {'is' if len(hits) == 1 else 'are'} exactly 0 at every {h.unit}: "
+                   "YOLOv9's train_dual.py does not compute validation losses (WongKinYiu/yolov9#132), so they say "
+                   "nothing (no overfitting can be judged on them)")
+            return _event(h, "val_losses_absent", key, int(h.steps[-1]), "info", msg, onset=onset,
+                          keys=[k for k, *_ in hits], confidence=1.0)
         why = {
             "train": f"while {twin} is not: no target or positive ever reached it in training",
             "val": f"while {twin} is not: the validation images have no targets",
@@ -257,6 +273,38 @@ def _val_size(h: History) -> float | None:
     gaps = np.diff(levels)
     gaps = gaps[gaps > 1e-4]
     return 1.0 / float(gaps.min()) if gaps.size else None
+
+
+def _dual_head(h: History) -> bool:
+    """A YOLOv9 model trained by WongKinYiu/yolov9's ``train_dual.py`` (its ``opt.yaml``'s ``cfg`` names a
+    yolov9 model, not a GELAN one), whose validation computes no losses by design."""
+    cfg = config_value(h.config, ("cfg",))
+    name = str(cfg).lower().rsplit("/", 1)[-1] if isinstance(cfg, str) else ""
+    return "yolov9" in name and "gelan" not in name
+
+
+def _mosaic_closed(h: History) -> int | None:
+    """The first step without the mosaic: Ultralytics turns it off for the last ``close_mosaic``
+    of ``epochs`` (both from the config), at 0-based epoch ``epochs - close_mosaic``; None when
+    the config says neither, for a classifier (it has no mosaic), or the steps are not epochs (the run logs no ``epoch`` key and was
+    not imported)."""
+    close, planned = config_value(h.config, ("close_mosaic",)), h.planned_epochs()
+    if config_value(h.config, ("task",)) == "classify":  # no mosaic to close
+        return None
+    try:
+        close = int(close)
+    except (TypeError, ValueError):
+        return None
+    if planned is None or not 0 < close < planned or not h.steps.size:
+        return None
+    at = planned - close  # epochs done when the mosaic closes
+    if "epoch" in h.series:  # a live run: steps are batches, ``epoch`` counts completed epochs
+        s, e = h.finite("epoch")
+        hit = np.flatnonzero(e >= at)
+        return int(s[hit[0]]) + 1 if hit.size else None
+    if not h.imported:
+        return None
+    return int(h.steps[0]) + at  # the file's epochs: 0-based (8.0) or 1-based (8.1+) alike
 
 
 def _ever_nonzero(h: History, key: str) -> bool:
@@ -364,11 +412,14 @@ class EpochDivergence:
         p = ctx.params
         self.min_points, self.factor, self.patience = int(p["min_points"]), float(p["factor"]), int(p["patience"])
         self.min_span = float(p["min_span"])
+        self.min_jump, self.noise_points = float(p["min_jump"]), int(p["noise_points"])
+        self.closed_at: int | None = None
 
     def judge(self, history: History) -> list[Event]:
         """The divergence event, if any."""
         if not history.train_losses:
             return []
+        self.closed_at = _mosaic_closed(history)
         return replay(history, self.min_points, self._check)
 
     def _check(self, h: History) -> Event | None:
@@ -378,6 +429,11 @@ class EpochDivergence:
             s, v = h.finite(key)
             if v.size <= self.patience:
                 continue
+            if self.closed_at is not None and s[v.size - self.patience] >= self.closed_at:
+                keep = s >= self.closed_at  # a new pipeline: its own minimum
+                s, v = s[keep], v[keep]
+                if v.size <= self.patience:
+                    continue
             before, recent = v[: -self.patience], v[-self.patience:]
             low = _smooth(v)[: before.size]  # running median of 3: a one-epoch dip is no minimum
             b = int(np.argmin(low))
@@ -385,7 +441,11 @@ class EpochDivergence:
             if best <= ZERO or not np.all(recent > self.factor * best):
                 continue
             fallen = float(before[: b + 1].max()) - best
-            if float(recent.min()) - best < self.min_span * fallen:
+            jump = float(recent.min()) - best
+            if jump < self.min_span * fallen:
+                continue
+            steps = np.abs(np.diff(before))
+            if steps.size >= self.noise_points and jump < self.min_jump * float(np.median(steps)):
                 continue
             onset = int(s[v.size - self.patience])
             ratio = float(recent[-1]) / best

@@ -51,7 +51,10 @@ history (one per epoch for an Ultralytics ``results.csv``).
     ``factor=2`` times the minimum so far of the running median of 3 (a one-epoch dip
     to 0.40 among 0.8-1.1 is no minimum; batch 4) (the search's choice: a noisy train loss of a
     small set swings 1.5-1.9x its minimum without diverging), for ``patience=2`` points
-    in a row, back up ``min_span=0.5`` of its fall before that minimum.
+    in a row, back up ``min_span=0.5`` of its fall before that minimum; ``min_jump=5``
+    times the median step-to-step change of the points before the climb, where there
+    are ``noise_points=5`` of them (portfolio-pose, batch 7: a climb of 3.6 times its
+    noise; seabass-det's close_mosaic step is 70 times, judged by the mosaic gate).
 """
 
 from __future__ import annotations
@@ -128,6 +131,10 @@ EPOCH_DIVERGENCE = DetectorSpec(
         Param("factor", 2.0, "above factor x the minimum so far", 1.0001, None),
         Param("patience", 2, "points in a row above it", 1, None, True),
         Param("min_span", 0.5, "and back up at least this fraction of its fall before the minimum", 0.0, None),
+        Param("min_jump", 5.0, "and at least this many times its median step-to-step change before the climb", 0.0,
+              None),
+        Param("noise_points", 5, "changes before the climb the noise gate needs (fewer: no noise gate)", 1, None,
+              True),
     ),
 )
 
