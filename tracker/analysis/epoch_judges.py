@@ -233,10 +233,11 @@ class ZeroLoss:
             return None
         hits = found[side]
         key, onset, twin = hits[0]
+        names, verb = ", ".join(k for k, *_ in hits), "is" if len(hits) == 1 else "are"
         if side == "uncomputed" and _dual_head(h):
-            msg = (f"{', '.join(k for k, *_ in hits)} {'is' if len(hits) == 1 else 'are'} exactly 0 at every {h.unit}: "
-                   "YOLOv9's train_dual.py does not compute validation losses (WongKinYiu/yolov9#132), so they say "
-                   "nothing (no overfitting can be judged on them)")
+            msg = (f"{names} {verb} exactly 0 at every {h.unit}: YOLOv9's train_dual.py does not compute "
+                   "validation losses (WongKinYiu/yolov9#132), so they say nothing (no overfitting can be judged "
+                   "on them)")
             return _event(h, "val_losses_absent", key, int(h.steps[-1]), "info", msg, onset=onset,
                           keys=[k for k, *_ in hits], confidence=1.0)
         why = {
@@ -248,8 +249,7 @@ class ZeroLoss:
             "uncomputed": "(or not finite) while the metrics are above 0: the validation computes none of its losses, "
                           "so they say nothing (no overfitting can be judged on them)",
         }[side]
-        verb = "is" if len(hits) == 1 else "are"
-        msg = f"{', '.join(k for k, *_ in hits)} {verb} exactly 0 at every {h.unit} since {h.when(onset)} {why}"
+        msg = f"{names} {verb} exactly 0 at every {h.unit} since {h.when(onset)} {why}"
         return _event(h, "zero_loss", key, int(h.steps[-1]), "warning" if side in ("alone", "uncomputed") else "error",
                       msg, onset=onset, keys=[k for k, *_ in hits], twin_key=twin, side=side,
                       advice=ADVICE[{"val": "zero_loss_val", "uncomputed": "zero_loss_uncomputed"}.get(side, "zero_loss")],
@@ -286,8 +286,8 @@ def _dual_head(h: History) -> bool:
 def _mosaic_closed(h: History) -> int | None:
     """The first step without the mosaic: Ultralytics turns it off for the last ``close_mosaic``
     of ``epochs`` (both from the config), at 0-based epoch ``epochs - close_mosaic``; None when
-    the config says neither, for a classifier (it has no mosaic), or the steps are not epochs (the run logs no ``epoch`` key and was
-    not imported)."""
+    the config says neither, for a classifier (it has no mosaic), or when the steps are not
+    epochs (the run logs no ``epoch`` key and was not imported)."""
     close, planned = config_value(h.config, ("close_mosaic",)), h.planned_epochs()
     if config_value(h.config, ("task",)) == "classify":  # no mosaic to close
         return None
@@ -413,24 +413,23 @@ class EpochDivergence:
         self.min_points, self.factor, self.patience = int(p["min_points"]), float(p["factor"]), int(p["patience"])
         self.min_span = float(p["min_span"])
         self.min_jump, self.noise_points = float(p["min_jump"]), int(p["noise_points"])
-        self.closed_at: int | None = None
 
     def judge(self, history: History) -> list[Event]:
         """The divergence event, if any."""
         if not history.train_losses:
             return []
-        self.closed_at = _mosaic_closed(history)
-        return replay(history, self.min_points, self._check)
+        closed = _mosaic_closed(history)
+        return replay(history, self.min_points, lambda h: self._check(h, closed))
 
-    def _check(self, h: History) -> Event | None:
+    def _check(self, h: History, closed: int | None) -> Event | None:
         for key in h.train_losses:
             if key not in h.series:
                 continue
             s, v = h.finite(key)
             if v.size <= self.patience:
                 continue
-            if self.closed_at is not None and s[v.size - self.patience] >= self.closed_at:
-                keep = s >= self.closed_at  # a new pipeline: its own minimum
+            if closed is not None and s[v.size - self.patience] >= closed:
+                keep = s >= closed  # a new pipeline: its own minimum
                 s, v = s[keep], v[keep]
                 if v.size <= self.patience:
                     continue
