@@ -349,3 +349,11 @@ def test_cli_json_pipe_and_80_columns(imported: Any) -> None:
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "what to do:" in text and "stopped early" in text and "val/box_loss" in text
+
+
+def test_the_terminal_names_yolov9s_absent_validation_losses_in_words(imported: Any) -> None:
+    home, ids = imported
+    console = Console(width=80, record=True, force_terminal=True, color_system=None)
+    render(analyze(ids["petwatch-y5"], home=home), console, terminal=True)
+    text = console.export_text()
+    assert "validation losses not computed" in text and "val_losses_absent" not in text
