@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -112,3 +114,33 @@ def test_a_class_never_in_the_loss_is_a_zero_loss_and_a_rare_one_is_not() -> Non
     events = [e for lo in range(0, rows, 7) for e in chunked.feed_classes("train/cls_loss", steps[lo:lo + 7], m[lo:lo + 7])
               if e.kind == "zero_loss"]
     assert [(e.step, e.data["classes"]) for e in events] == [(event.step, [4])]
+
+
+REAL_RUNS = Path(__file__).resolve().parents[1] / "data" / "real_runs"
+
+
+def real_losses(name: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A real run's loss columns (its results.csv), one point per epoch at the epoch's number."""
+    with open(REAL_RUNS / name / "results.csv", newline="") as f:
+        rows = [{k.strip(): v.strip() for k, v in row.items()} for row in csv.DictReader(f)]
+    steps = np.array([int(r["epoch"]) for r in rows])
+    return {k: (steps, np.array([float(r[k]) for r in rows])) for k in rows[0] if "loss" in k}
+
+
+def twin_events(curves: dict[str, tuple[np.ndarray, np.ndarray]], config: dict[str, Any]) -> list[tuple[int, str]]:
+    a = OnlineAnalyzer(builtin_detectors(), config=config, strict=True)
+    events = [e for key in sorted(curves, key=lambda k: k.startswith("val")) for e in a.feed(key, *curves[key])]
+    return [(e.step, e.key) for e in events if e.kind == "overfitting"]
+
+
+def test_an_early_dip_amid_a_noisy_descent_is_not_overfitting_when_the_config_plans_the_run() -> None:
+    # sticktracker-det (200 epochs): val/box_loss dips at epoch 2, climbs 170% in the next 14 epochs while
+    # the training falls, then falls for the rest of the run to a minimum at epoch 145 (no reader calls it
+    # overfitting). The rise must last a tenth of the planned epochs (20) before it is judged.
+    curves = real_losses("sticktracker-det")
+    assert (16, "val/box_loss") in twin_events(curves, {})  # without a plan: patience alone
+    assert twin_events(curves, {"epochs": 200}) == []
+    assert twin_events(curves, {"epochs": "200"}) == []  # a config value read back as text
+    # boture-pose (100 epochs): val/box_loss rises from epoch 2 to the end; still found, 10 epochs on
+    found = twin_events(real_losses("boture-pose"), {"epochs": 100})
+    assert found and found[0][1] == "val/box_loss" and found[0][0] >= 2 + 10

@@ -220,6 +220,8 @@ TWIN_OVERFITTING = DetectorSpec(
     params=(
         OVERFITTING.params[0],  # min_points, shared with the epoch judges
         Param("patience", 3, "points since the validation minimum before judging", 1, None, True),
+        Param("lasting", 0.1, "and this share of the config's planned epochs, as points, when it plans them",
+              0.0, 1.0),
         Param("window", 3, "recent points whose median is compared with the minimum", 1, None, True),
         Param("min_rise", 0.15, "the recent median is at least this fraction above the minimum", 0.0, None),
         Param("alpha", 0.001, "Mann-Kendall significance of the rise since the minimum", 1e-6, 0.5),

@@ -14,7 +14,10 @@ are the same either way.
 at each point ``e`` of a validation loss ``V``, ``b`` the point of its minimum so
 far:
 
-* ``V`` has ``min_points`` points, ``patience`` of them since ``b``; the median of
+* ``V`` has ``min_points`` points, ``patience`` of them since ``b`` and, where the
+  config plans the run's epochs (``epochs``, ``max_epochs``, ...), ``lasting`` of
+  those planned epochs as points since ``b`` (a rise must last a tenth of the run:
+  an early dip amid a noisy descent that comes back is no minimum); the median of
   its last ``window`` points is ``min_rise`` above ``V(b)``; Mann-Kendall finds it
   rising over ``[b, e]`` (p < ``alpha``);
 * the train twin's mean over the validation interval ending at ``b`` fell at least
@@ -35,7 +38,7 @@ import numpy as np
 
 from tracker.analysis.advice import ADVICE
 from tracker.analysis.detectors import KeyedChunk, StreamContext, clean, fmt
-from tracker.analysis.epochs import base_name, is_val
+from tracker.analysis.epochs import EPOCHS_KEYS, base_name, config_value, is_val
 from tracker.analysis.trend import mann_kendall
 from tracker.events import Event
 
@@ -94,6 +97,12 @@ class TwinOverfitting:
         p = ctx.params
         self.min_points, self.patience, self.window = int(p["min_points"]), int(p["patience"]), int(p["window"])
         self.min_rise, self.alpha, self.train_drop = float(p["min_rise"]), float(p["alpha"]), float(p["train_drop"])
+        try:
+            planned = float(config_value(ctx.config, EPOCHS_KEYS))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            planned = 0.0
+        lasting = float(p["lasting"]) * planned if np.isfinite(planned) and planned > 0 else 0.0
+        self.since = max(self.patience, int(np.ceil(lasting)))  # points after the minimum before judging
         self.vals: dict[str, _Val] = {}
         self.trains: dict[str, _Sums] = {}
 
@@ -148,7 +157,7 @@ class TwinOverfitting:
             return None
         b = int(np.argmin(v))
         best = float(v[b])
-        if e - b < self.patience or best <= 0:
+        if e - b < self.since or best <= 0:
             return None
         rise = float(np.median(v[-self.window:])) / best - 1.0
         if rise < self.min_rise or not v[-1] > best:
