@@ -16,8 +16,9 @@ far:
 
 * ``V`` has ``min_points`` points, ``patience`` of them since ``b`` and, where the
   config plans the run's epochs (``epochs``, ``max_epochs``, ...), ``lasting`` of
-  those planned epochs as points since ``b`` (a rise must last a tenth of the run:
-  an early dip amid a noisy descent that comes back is no minimum); the median of
+  those planned epochs as points since ``b``, at most the config's early-stopping
+  ``patience`` (a rise must last a tenth of the run: an early dip amid a noisy
+  descent that comes back is no minimum); the median of
   its last ``window`` points is ``min_rise`` above ``V(b)``; Mann-Kendall finds it
   rising over ``[b, e]`` (p < ``alpha``);
 * the train twin's mean over the validation interval ending at ``b`` fell at least
@@ -44,6 +45,15 @@ from tracker.events import Event
 
 DENSE = 8192  # running sums kept at every point up to here
 STRIDE = 64  # and at every STRIDE-th point after
+
+
+def _number(config: Any, names: tuple[str, ...]) -> float:
+    """The config's first of ``names`` as a positive finite number, or 0."""
+    try:
+        value = float(config_value(config, names))
+    except (TypeError, ValueError):
+        return 0.0
+    return value if np.isfinite(value) and value > 0 else 0.0
 
 
 class _Sums:
@@ -97,11 +107,10 @@ class TwinOverfitting:
         p = ctx.params
         self.min_points, self.patience, self.window = int(p["min_points"]), int(p["patience"]), int(p["window"])
         self.min_rise, self.alpha, self.train_drop = float(p["min_rise"]), float(p["alpha"]), float(p["train_drop"])
-        try:
-            planned = float(config_value(ctx.config, EPOCHS_KEYS))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            planned = 0.0
-        lasting = float(p["lasting"]) * planned if np.isfinite(planned) and planned > 0 else 0.0
+        planned, stop = _number(ctx.config, EPOCHS_KEYS), _number(ctx.config, ("patience",))
+        lasting = float(p["lasting"]) * planned if planned > 0 else 0.0
+        if stop > 0:  # never longer than the trainer's own early-stopping patience (epochs=5000, patience=50)
+            lasting = min(lasting, stop)
         self.since = max(self.patience, int(np.ceil(lasting)))  # points after the minimum before judging
         self.vals: dict[str, _Val] = {}
         self.trains: dict[str, _Sums] = {}
