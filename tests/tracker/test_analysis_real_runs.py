@@ -26,7 +26,7 @@ USED = ("anemia-zero-box", "wheat-weed-v8", "fabric-cls", "handraising-y12", "co
         "coffee-train4-inf", "warmcool-cls", "trafficsign-y5", "kickboard-v8", "yusuf-cls", "dl3-y26-det",
         "tfproject-pose", "fretvision-seg-y26", "cows-pose", "yoloproject-det", "cardamage-seg", "dlfinal-seg",
         "orchestration-y5", "droneview-obb", "kposecoco-pose", "handfist-det", "autoatc-pose", "strawberry-seg",
-        "portfolio-pose", "seabass-det", "petwatch-y5", "figures-seg")
+        "portfolio-pose", "seabass-det", "petwatch-y5", "figures-seg", "satelites-seg")
 
 
 @pytest.fixture(scope="module")
@@ -357,3 +357,14 @@ def test_the_terminal_names_yolov9s_absent_validation_losses_in_words(imported: 
     render(analyze(ids["petwatch-y5"], home=home), console, terminal=True)
     text = console.export_text()
     assert "validation losses not computed" in text and "val_losses_absent" not in text
+
+
+def test_a_metric_that_fell_to_practically_zero_has_collapsed(imported: Any) -> None:
+    # YOLOv8-seg (batch 9, all three readers): mAP50-95(B) 0.744 at epoch 1, 0.003 at epoch 4 and 0.001-0.032
+    # to the end (30 epochs); never exactly 0, and at most 4.3% of its best
+    mc = findings(imported, "satelites-seg")["metric_collapse"]
+    assert mc.key == "metrics/mAP50-95(B)" and mc.data["onset"] == 4 and mc.data["peak"] == pytest.approx(0.74437)
+    # told at epoch 6, the first at which three such epochs stood: 0.0283 at most by then
+    assert mc.step == 6 and "practically 0" in mc.message and mc.data["since_max"] == pytest.approx(0.02826)
+    # an exact zero still reads as one
+    assert "to 0 at epoch 15" in findings(imported, "anemia-zero-box")["metric_collapse"].message

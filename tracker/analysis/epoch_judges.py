@@ -102,7 +102,7 @@ class MetricCollapse:
         p = ctx.params
         self.min_points, self.patience = int(p["min_points"]), int(p["patience"])
         self.never_patience, self.floor = int(p["never_patience"]), float(p["floor"])
-        self.min_peak = float(p["min_peak"])
+        self.min_peak, self.relative = float(p["min_peak"]), float(p["relative"])
 
     def judge(self, history: History) -> list[Event]:
         """The collapse event, if any: decided on the history as it stands (a metric back above zero
@@ -141,7 +141,8 @@ class MetricCollapse:
             if key not in h.series:
                 continue
             s, v = h.finite(key)
-            zero = v <= self.floor
+            # practically zero: at most ``relative`` of the metric's best so far (0.74 to 0.003-0.03)
+            zero = v <= np.maximum(self.floor, self.relative * np.maximum.accumulate(v)) if v.size else v <= self.floor
             z = int(np.argmax(~zero[::-1])) if not zero.all() else zero.size
             if z == 0:
                 continue
@@ -151,15 +152,16 @@ class MetricCollapse:
                 i = int(np.argmax(v[: v.size - z]))
                 if float(v[i]) < self.min_peak or self._flickers(zero, v.size - z):
                     continue
-                fell.append((key, int(s[v.size - z]), z, float(v[i]), int(s[i])))
+                fell.append((key, int(s[v.size - z]), z, float(v[i]), int(s[i]), float(v[v.size - z:].max())))
         step = int(h.steps[-1])
         if fell:
-            key, onset, z, peak, at = fell[0]
+            key, onset, z, peak, at, top = fell[0]
             others = f" (with {', '.join(k for k, *_ in fell[1:])})" if len(fell) > 1 else ""
-            msg = (f"{key}{others} fell from {fmt(peak)} ({h.when(at)}) to 0 at {h.when(onset)} and has stayed 0 "
-                   f"for {z} {h.unit}s")
+            to = "0" if top <= self.floor else f"practically 0 (at most {fmt(top)}, under {self.relative:.0%} of its best)"
+            msg = (f"{key}{others} fell from {fmt(peak)} ({h.when(at)}) to {to} at {h.when(onset)} and has stayed "
+                   f"there for {z} {h.unit}s")
             return _event(h, "metric_collapse", key, step, "error", msg, onset=onset, keys=[f[0] for f in fell],
-                          peak=peak, peak_step=at, confidence=1.0 - 0.5 ** z)
+                          peak=peak, peak_step=at, since_max=top, confidence=1.0 - 0.5 ** z)
         if never and len(never) == len([k for k in h.metrics if k in h.series]):
             key, onset, z = never[0]
             msg = (f"every metric ({', '.join(k for k, *_ in never)}) has been 0 at every {h.unit} ({z} so far): "

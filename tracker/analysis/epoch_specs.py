@@ -99,6 +99,7 @@ METRIC_COLLAPSE = DetectorSpec(
         Param("patience", 3, "points at zero after the metric was above it", 1, None, True),
         Param("never_patience", 5, "points at zero from the start", 1, None, True),
         Param("floor", 1e-6, "a metric at or below this is zero", 0.0, None),
+        Param("relative", 0.05, "or at or below this share of its best so far (practically zero)", 0.0, 1.0),
         Param("min_peak", 0.01, "a metric that fell: its peak before the fall at least this (below it, the "
               "metric was never learnt: no collapse)", 0.0, None),
     ),
