@@ -142,7 +142,7 @@ class MetricCollapse:
                 continue
             s, v = h.finite(key)
             # practically zero: at most ``relative`` of the metric's best so far (0.74 to 0.003-0.03)
-            zero = v <= np.maximum(self.floor, self.relative * np.maximum.accumulate(v)) if v.size else v <= self.floor
+            zero = v <= np.maximum(self.floor, self.relative * np.maximum.accumulate(v))
             z = int(np.argmax(~zero[::-1])) if not zero.all() else zero.size
             if z == 0:
                 continue

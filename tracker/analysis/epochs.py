@@ -88,6 +88,15 @@ def config_value(config: Mapping[str, Any], names: tuple[str, ...]) -> Any:
     return None
 
 
+def config_count(config: Mapping[str, Any], names: tuple[str, ...]) -> int | None:
+    """:func:`config_value` as a positive int (``300`` or ``"300"``), or None."""
+    try:
+        n = int(config_value(config, names))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return n if n > 0 else None
+
+
 @dataclass
 class History:
     """The small keys of one rank of a run (see the module doc)."""
@@ -201,12 +210,7 @@ class History:
 
     def planned_epochs(self) -> int | None:
         """The epochs the config asked for (Ultralytics/YOLOv5 ``epochs``, Lightning ``max_epochs``, ...)."""
-        value = config_value(self.config, EPOCHS_KEYS)
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
-            return None
-        return n if n > 0 else None
+        return config_count(self.config, EPOCHS_KEYS)
 
     def when(self, step: int) -> str:
         """``epoch 12`` or ``step 12``."""

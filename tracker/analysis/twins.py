@@ -39,21 +39,12 @@ import numpy as np
 
 from tracker.analysis.advice import ADVICE
 from tracker.analysis.detectors import KeyedChunk, StreamContext, clean, fmt
-from tracker.analysis.epochs import EPOCHS_KEYS, base_name, config_value, is_val
+from tracker.analysis.epochs import EPOCHS_KEYS, base_name, config_count, is_val
 from tracker.analysis.trend import mann_kendall
 from tracker.events import Event
 
 DENSE = 8192  # running sums kept at every point up to here
 STRIDE = 64  # and at every STRIDE-th point after
-
-
-def _number(config: Any, names: tuple[str, ...]) -> float:
-    """The config's first of ``names`` as a positive finite number, or 0."""
-    try:
-        value = float(config_value(config, names))
-    except (TypeError, ValueError):
-        return 0.0
-    return value if np.isfinite(value) and value > 0 else 0.0
 
 
 class _Sums:
@@ -107,9 +98,9 @@ class TwinOverfitting:
         p = ctx.params
         self.min_points, self.patience, self.window = int(p["min_points"]), int(p["patience"]), int(p["window"])
         self.min_rise, self.alpha, self.train_drop = float(p["min_rise"]), float(p["alpha"]), float(p["train_drop"])
-        planned, stop = _number(ctx.config, EPOCHS_KEYS), _number(ctx.config, ("patience",))
-        lasting = float(p["lasting"]) * planned if planned > 0 else 0.0
-        if stop > 0:  # never longer than the trainer's own early-stopping patience (epochs=5000, patience=50)
+        planned, stop = config_count(ctx.config, EPOCHS_KEYS), config_count(ctx.config, ("patience",))
+        lasting = float(p["lasting"]) * planned if planned else 0.0
+        if stop:  # never longer than the trainer's own early-stopping patience (epochs=5000, patience=50)
             lasting = min(lasting, stop)
         self.since = max(self.patience, int(np.ceil(lasting)))  # points after the minimum before judging
         self.vals: dict[str, _Val] = {}
