@@ -9,7 +9,7 @@ divergence) in three parts, apart (:data:`tracker.analysis.real_corpus.PARTS`):
 * **tuning** runs (``holdout = false``);
 * **held out, seen**: the held-out runs of batches 1-9, scored before and their
   misses read, so no longer a fair test;
-* **fresh**: held-out runs of batch ``FRESH_BATCH`` (10) on, only with ``--fresh``.
+* **fresh**: held-out runs of batch ``FRESH_BATCH`` (11) on, only with ``--fresh``.
   Without it those runs are not imported or judged at all: run ``--fresh`` once,
   when the batch is complete and read by eye (three readers apart, ``eye-readers/``,
   their majority in ``eye-labels.toml``), for the honest held-out score.
