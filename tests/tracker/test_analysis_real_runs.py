@@ -26,7 +26,8 @@ USED = ("anemia-zero-box", "wheat-weed-v8", "fabric-cls", "handraising-y12", "co
         "coffee-train4-inf", "warmcool-cls", "trafficsign-y5", "kickboard-v8", "yusuf-cls", "dl3-y26-det",
         "tfproject-pose", "fretvision-seg-y26", "cows-pose", "yoloproject-det", "cardamage-seg", "dlfinal-seg",
         "orchestration-y5", "droneview-obb", "kposecoco-pose", "handfist-det", "autoatc-pose", "strawberry-seg",
-        "portfolio-pose", "seabass-det", "petwatch-y5", "figures-seg", "satelites-seg", "bcsdetermination-pose")
+        "portfolio-pose", "seabass-det", "petwatch-y5", "figures-seg", "satelites-seg", "bcsdetermination-pose",
+        "cows-pose", "bonefrac-obb")
 
 
 @pytest.fixture(scope="module")
@@ -374,3 +375,67 @@ def test_a_metric_that_fell_to_practically_zero_has_collapsed(imported: Any) -> 
     assert mc.step == 6 and "practically 0" in mc.message and mc.data["since_max"] == pytest.approx(0.02826)
     # an exact zero still reads as one
     assert "to 0 at epoch 15" in findings(imported, "anemia-zero-box")["metric_collapse"].message
+
+
+def _online_zero_events(events: Any) -> list[tuple[str, int]]:
+    events = [getattr(e, "event", e) for e in events]  # analyze() gives (rank, event) records
+    return sorted((e.key, e.step) for e in events if e.kind == "zero_loss")
+
+
+@pytest.mark.parametrize("name", ["bcsdetermination-pose", "cows-pose", "bonefrac-obb"])
+def test_the_online_zero_loss_reads_a_validation_term_beside_a_metric_above_0_as_not_computed(
+        imported: Any, name: str) -> None:
+    # YOLO26 pose's val/rle_loss (the RLE term needs the keypoint sigmas the head computes in training only) and
+    # OBB's val/dis_loss are 0 at every epoch beside the other val losses and an mAP above 0: what the epoch judge
+    # reads as a term the validation does not compute, the online twin_zero_loss now reads the same way
+    home, ids = imported
+    result = analyze(ids[name], home=home)
+    assert _online_zero_events(result.events) == [] and "zero_loss" not in {f.event.kind for f in result.findings}
+
+
+def test_the_online_zero_loss_still_tells_a_validation_without_targets_or_losses(imported: Any) -> None:
+    home, ids = imported
+    # every metric 0 and val box/dfl at 0 beside their train twins: the validation images have no labels
+    assert {k for k, _ in _online_zero_events(analyze(ids["handfist-det"], home=home).events)} >= {"val/box_loss"}
+    # an Ultralytics 8.0 validation computing none of its losses while the mAP climbs: all val losses at 0
+    keys = {k for k, _ in _online_zero_events(analyze(ids["strawberry-seg"], home=home).events)}
+    assert keys == {"val/box_loss", "val/dfl_loss", "val/seg_loss"}
+
+
+@pytest.mark.parametrize("name", ["bcsdetermination-pose", "bonefrac-obb", "strawberry-seg", "handfist-det"])
+def test_the_online_zero_loss_agrees_with_the_offline_one_whatever_the_flushes(imported: Any, name: str) -> None:
+    """The run's stored rows fed as a training's flusher would, in cuts of a few epochs and rows in any order
+    within a flush (the metrics after the losses too): the same zero-loss events as the offline analysis."""
+    import random
+
+    import pyarrow as pa
+
+    from tracker.analysis.online import OnlineAnalyzer
+    from tracker.host import get_host
+    from tracker.store import open_store
+
+    home, ids = imported
+    run_id = ids[name]
+    offline = _online_zero_events(analyze(run_id, home=home).events)
+    rows = open_store(home).query("SELECT key, step, value FROM curves WHERE run_id = ? ORDER BY step, key", [run_id])
+    config = load_manifest_config(home, run_id)
+    steps = sorted(set(rows["step"].to_list()))
+    for seed in range(3):
+        rng = random.Random(seed)
+        cuts = sorted(rng.sample(steps[1:], min(len(steps) - 1, rng.randint(2, 8))))
+        analyzer = OnlineAnalyzer(get_host().items("detectors"), config=config, run_id=run_id, strict=True)
+        events = []
+        for lo, hi in zip([steps[0], *cuts], [*cuts, steps[-1] + 1]):
+            part = rows.filter((rows["step"] >= lo) & (rows["step"] < hi)).to_dicts()
+            rng.shuffle(part)
+            table = pa.table({"key": [r["key"] for r in part], "step": [r["step"] for r in part],
+                              "value": [r["value"] for r in part]})
+            events += analyzer.observe(table)
+        assert _online_zero_events(events) == offline, (seed, cuts)
+
+
+def load_manifest_config(home: Path, run_id: str) -> dict[str, Any]:
+    from tracker.analysis.offline import find_run
+    from tracker.store import open_store
+
+    return dict(find_run(open_store(home), run_id)["config"])

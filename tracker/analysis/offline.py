@@ -129,6 +129,11 @@ def _key_list(store: Any, run_id: str, table: str, key: str | None, analyzer: On
     return [k for k in keys if analyzer.selected(k)]
 
 
+def _watched_keys(store: Any, run_id: str, analyzer: OnlineAnalyzer) -> list[str]:
+    keys = store.query("SELECT DISTINCT key FROM curves WHERE run_id = ? ORDER BY key", [run_id])["key"].to_list()
+    return [k for k in keys if analyzer.watched(k)]
+
+
 def analyze(
     run_id: str,
     key: str | None = None,
@@ -168,14 +173,18 @@ def analyze(
 
     records: list[EventRecord] = []
     reports: list[KeyReport] = []
+    # the metrics that twin detectors observe come first in each rank (mAP beside a validation loss at 0)
+    watched = _watched_keys(store, run_id, probe) if key is None and scalar_keys else []
     if scalar_keys:
-        df = _fetch(store, "curves", run_id, scalar_keys)
+        fed = watched + scalar_keys
+        df = _fetch(store, "curves", run_id, fed)
         all_steps, all_values = df["step"].to_numpy(), df["value"].to_numpy().astype(np.float64)
-        for rank, k, rows in _groups(df, scalar_keys):
+        for rank, k, rows in _groups(df, fed):
             a = analyzer_for(rank)
             steps, values = all_steps[rows], all_values[rows]
             records.extend(EventRecord(rank, e) for e in a.feed(k, steps, values))
-            reports.append(_key_report(a, k, rank, steps, values, trend_params, _unit(run)))
+            if k not in watched:
+                reports.append(_key_report(a, k, rank, steps, values, trend_params, _unit(run)))
     stagnant = _class_analysis(store, run_id, class_keys, analyzer_for, records)
     if key is None or key.startswith(SYSTEM_PREFIX):
         _system_analysis(store, run_id, probe, analyzer_for, records)

@@ -23,7 +23,10 @@ Rules:
 * Twin detectors (scope ``twins``: overfitting, a zero loss against its twin) get
   one stream per analyzer, fed every analysed scalar key's chunk with its name
   (a :class:`~tracker.analysis.detectors.KeyedChunk`) after that key's own streams; they judge a validation loss
-  against its train twin, whichever arrives first.
+  against its train twin, whichever arrives first. Those that define ``observe``
+  also get the run's metric keys (mAP, accuracy, ...), analysed or not
+  (:meth:`OnlineAnalyzer.watched`): ``twin_zero_loss`` reads a validation term at 0
+  beside a metric above 0 as one the validation does not compute.
 * Cross-rank detectors (scope ``ranks``) do not run here: one rank's flusher sees
   only its own rank; nor do the epoch judges (scope ``epochs``), which judge a
   whole history at once (``tracker analyze``).
@@ -49,6 +52,7 @@ import pyarrow.compute as pc
 
 from tracker.analysis.classes import ClassChunk
 from tracker.analysis.detectors import Chunk, DetectorSpec, KeyedChunk, StreamContext
+from tracker.analysis.epochs import is_metric
 from tracker.analysis.params import analysis_section, key_patterns, key_selected, merge_overrides, resolve
 from tracker.errors import ConfigError, TrackerError
 from tracker.events import Event
@@ -81,7 +85,8 @@ def resolve_detectors(
 
 
 def _key_groups(table: pa.Table) -> Iterator[tuple[str, np.ndarray]]:
-    """(key, row indices) for each key of ``table``, rows in table order."""
+    """(key, row indices) for each key of ``table`` in key order (as the offline analysis feeds them: a
+    ``metrics/`` key before the ``val/`` losses of its step), rows in table order."""
     col = table.column("key")
     if pa.types.is_dictionary(col.type):
         col = col.cast(pa.string())
@@ -91,6 +96,9 @@ def _key_groups(table: pa.Table) -> Iterator[tuple[str, np.ndarray]]:
     if len(names) == 1:
         yield names[0], np.arange(codes.size)
         return
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
+    codes, names = rank[codes], sorted(names)
     order = np.argsort(codes, kind="stable")
     bounds = np.flatnonzero(np.diff(codes[order])) + 1
     for part in np.split(order, bounds):
@@ -191,6 +199,10 @@ class OnlineAnalyzer:
             hit = self._selected[key] = key_selected(key, self.patterns)
         return hit
 
+    def watched(self, key: str) -> bool:
+        """Whether ``key`` is a metric that is not analysed but shown to the twin detectors that observe metrics."""
+        return not key.startswith(SYSTEM_PREFIX) and not self.selected(key) and is_metric(key)
+
     def set_class_names(self, names: list[str] | Mapping[int, str]) -> None:
         """Name the class indices in later events (``run.set_classes`` order)."""
         mapping = dict(enumerate(names)) if isinstance(names, (list, tuple)) else dict(names)
@@ -208,11 +220,13 @@ class OnlineAnalyzer:
                 streams[name] = spec.factory(ctx)
         return streams
 
-    def _feed_streams(self, table: dict[str, Any], key: str, chunk: Any) -> list[Event]:
+    def _feed_streams(self, table: dict[str, Any], key: str, chunk: Any, method: str = "feed") -> list[Event]:
         events: list[Event] = []
         for name, stream in list(table.items()):
+            if method != "feed" and not hasattr(stream, method):
+                continue
             try:
-                events.extend(stream.feed(chunk))
+                events.extend(getattr(stream, method)(chunk))
             except Exception as exc:
                 if self.strict:
                     raise
@@ -223,7 +237,12 @@ class OnlineAnalyzer:
     def feed(self, key: str, steps: np.ndarray, values: np.ndarray) -> list[Event]:
         """Feed the next points of scalar ``key`` (in step order); returns the events."""
         if not self.selected(key):
-            return []
+            if not self.watched(key):
+                return []
+            if self.twin_streams is None:
+                self.twin_streams = self._build("", "twins")
+            chunk = Chunk(np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=np.float64))
+            return self._feed_streams(self.twin_streams, key, KeyedChunk(key, chunk), "observe")
         streams = self.streams.get(key)
         if streams is None:
             streams = self.streams[key] = self._build(key, "scalar")
@@ -270,14 +289,15 @@ class OnlineAnalyzer:
             system: dict[str, tuple[np.ndarray, np.ndarray]] = {}
             for key, rows in _key_groups(metrics):
                 is_system = key.startswith(SYSTEM_PREFIX)
-                if self.selected(key) or is_system:
+                fed = self.selected(key) or self.watched(key)
+                if fed or is_system:
                     s, v = steps[rows], values[rows]
                     if s.size > 1 and np.any(s[1:] < s[:-1]):
                         order = np.argsort(s, kind="stable")
                         s, v = s[order], v[order]
                     if is_system:
                         system[key] = (s, v)
-                    if self.selected(key):
+                    if fed:
                         events.extend(self.feed(key, s, v))
             events.extend(self.feed_system(system))
         if classes is not None and classes.num_rows:

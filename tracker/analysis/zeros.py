@@ -16,6 +16,14 @@ the run trains, on per-batch curves, and give the same events offline.
   non-zero finite value at or after the run's onset, whenever that arrives: a term
   at 0 in train *and* val (YOLO26's ``sem_loss``) is unused and never reported. The
   event is at the step of the ``patience``-th zero; one per key.
+* A validation key's zero run is a term the validation does not compute, as the
+  epoch judge reads it, when a metric (mAP, accuracy, ...: the analyzer shows this
+  detector the run's metric keys, analysed or not, through ``observe``) is above 0
+  at or after its onset and another validation loss is not 0 there: YOLO26's
+  ``sem_loss``, and its pose ``rle_loss``, whose keypoint sigmas the head computes in
+  training only. It is never reported. A validation key's decision waits for the
+  metrics of its step when the run logs metrics (they may come in a later flush);
+  a validation whose losses are all 0 beside metrics above 0 is still reported.
 
 ``class_zero_loss`` (scope ``classes``), rules:
 
@@ -37,7 +45,7 @@ import numpy as np
 
 from tracker.analysis.advice import ADVICE
 from tracker.analysis.detectors import KeyedChunk, StreamContext, clean, run_lengths
-from tracker.analysis.epochs import base_name, is_val
+from tracker.analysis.epochs import base_name, is_metric, is_val
 from tracker.analysis.trends import StartScale
 from tracker.events import Event
 
@@ -54,6 +62,7 @@ class _Zeros:
     before: float | None = None  # the value before the current zero run (None: since the first point)
     last: float | None = None  # the last finite value
     last_nonzero_step: int | None = None
+    uncomputed: bool = False  # a validation term the validation does not compute: never reported
     candidate: tuple[int, int] | None = None  # (onset, step of the patience-th zero)
     reported: bool = False
 
@@ -66,6 +75,8 @@ class TwinZeroLoss:
         self.patience, self.val_patience = int(p["patience"]), int(p["val_patience"])
         self.converged = float(p["converged"])
         self.keys: dict[str, _Zeros] = {}
+        self.metric_last: int | None = None  # the last step of any metric point seen
+        self.metric_above: int | None = None  # the last step at which a metric was above 0
 
     def _twin(self, key: str) -> str | None:
         name, val = base_name(key).lower(), is_val(key)
@@ -77,19 +88,30 @@ class TwinZeroLoss:
     def feed(self, item: KeyedChunk) -> list[Event]:
         """Events decided once ``chunk`` of ``key`` is in (for ``key`` or for its twin)."""
         key, chunk = item.key, item.chunk
+        if is_metric(key):
+            return self.observe(item)
         state = self.keys.get(key)
         if state is None:
             state = self.keys[key] = _Zeros(StartScale(50))
         x, steps = chunk.fvalues, chunk.fsteps
         if x.size:
             self._scan(key, state, x, steps)
-        events = []
-        for k in (key, self._twin(key)):
-            if k is not None:
-                found = self._decide(k)
-                if found is not None:
-                    events.append(found)
-        return events
+        keys = [key, self._twin(key)]
+        if is_val(key):
+            keys += [k for k in self.keys if is_val(k) and k not in keys]  # a term judged against the others
+        return [e for e in (self._decide(k) for k in keys if k is not None) if e is not None]
+
+    def observe(self, item: KeyedChunk) -> list[Event]:
+        """A metric key's next points: whether the validation has targets (module doc)."""
+        x, steps = item.chunk.fvalues, item.chunk.fsteps
+        if not steps.size:
+            return []
+        self.metric_last = max(int(steps[-1]), self.metric_last if self.metric_last is not None else int(steps[-1]))
+        above = steps[x > 0.0]
+        if above.size:
+            top = int(above[-1])
+            self.metric_above = top if self.metric_above is None else max(self.metric_above, top)
+        return [e for e in (self._decide(k) for k in list(self.keys) if is_val(k)) if e is not None]
 
     def _scan(self, key: str, st: _Zeros, x: np.ndarray, steps: np.ndarray) -> None:
         scale = st.scale.update(x)
@@ -132,8 +154,14 @@ class TwinZeroLoss:
         onset, step = st.candidate
         if seen is None or seen < onset:
             return None
-        st.reported = True
         val = is_val(key)
+        if val:
+            if self.metric_last is not None and self.metric_last < step:
+                return None  # the metrics of this step have not come in yet
+            if self._uncomputed(key, onset):
+                st.reported = st.uncomputed = True
+                return None
+        st.reported = True
         why = ("the validation images have no targets" if val
                else "no target or positive ever reached it in training")
         advice = ADVICE["zero_loss_val" if val else "zero_loss"]
@@ -146,9 +174,18 @@ class TwinZeroLoss:
                         "advice": advice, "confidence": 1.0 - 0.5 ** need}),
         )
 
+    def _uncomputed(self, key: str, onset: int) -> bool:
+        """Whether validation key ``key``, 0 since ``onset``, is a term the validation does not compute: a metric
+        above 0 and another validation loss not 0 at or after ``onset``."""
+        if self.metric_above is None or self.metric_above < onset:
+            return False
+        return any(k != key and is_val(k) and s.last_nonzero_step is not None and s.last_nonzero_step >= onset
+                   for k, s in self.keys.items())
+
     def summary(self) -> dict[str, Any]:
-        """Keys reported."""
-        return {"zero_loss_keys": sorted(k for k, s in self.keys.items() if s.reported)}
+        """Keys reported, and validation terms read as not computed."""
+        return {"zero_loss_keys": sorted(k for k, s in self.keys.items() if s.reported and not s.uncomputed),
+                "uncomputed_keys": sorted(k for k, s in self.keys.items() if s.uncomputed)}
 
 
 class ClassZeroLoss:
