@@ -400,9 +400,12 @@ def test_the_online_zero_loss_still_tells_a_validation_without_targets_or_losses
     # an Ultralytics 8.0 validation computing none of its losses while the mAP climbs: all val losses at 0
     keys = {k for k, _ in _online_zero_events(analyze(ids["strawberry-seg"], home=home).events)}
     assert keys == {"val/box_loss", "val/dfl_loss", "val/seg_loss"}
+    # the same zeros from YOLOv9's train_dual.py (opt.yaml's cfg: a yolov9 model) are by design: no event
+    assert _online_zero_events(analyze(ids["petwatch-y5"], home=home).events) == []
 
 
-@pytest.mark.parametrize("name", ["bcsdetermination-pose", "bonefrac-obb", "strawberry-seg", "handfist-det"])
+@pytest.mark.parametrize("name", ["bcsdetermination-pose", "bonefrac-obb", "strawberry-seg", "handfist-det",
+                                  "petwatch-y5"])
 def test_the_online_zero_loss_agrees_with_the_offline_one_whatever_the_flushes(imported: Any, name: str) -> None:
     """The run's stored rows fed as a training's flusher would, in cuts of a few epochs and rows in any order
     within a flush (the metrics after the losses too): the same zero-loss events as the offline analysis."""

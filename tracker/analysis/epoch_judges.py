@@ -68,7 +68,7 @@ import numpy as np
 
 from tracker.analysis.advice import ADVICE
 from tracker.analysis.detectors import StreamContext, clean, fmt
-from tracker.analysis.epochs import ZERO, History, config_value, is_val
+from tracker.analysis.epochs import ZERO, History, config_value, dual_head, is_val
 from tracker.events import Event
 
 Check = Callable[[History], "Event | None"]
@@ -278,11 +278,8 @@ def _val_size(h: History) -> float | None:
 
 
 def _dual_head(h: History) -> bool:
-    """A YOLOv9 model trained by WongKinYiu/yolov9's ``train_dual.py`` (its ``opt.yaml``'s ``cfg`` names a
-    yolov9 model, not a GELAN one), whose validation computes no losses by design."""
-    cfg = config_value(h.config, ("cfg",))
-    name = str(cfg).lower().rsplit("/", 1)[-1] if isinstance(cfg, str) else ""
-    return "yolov9" in name and "gelan" not in name
+    """Whether the run is a YOLOv9 dual-head training whose validation computes no losses (:func:`dual_head`)."""
+    return dual_head(h.config)
 
 
 def _mosaic_closed(h: History) -> int | None:

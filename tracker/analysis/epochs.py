@@ -88,6 +88,14 @@ def config_value(config: Mapping[str, Any], names: tuple[str, ...]) -> Any:
     return None
 
 
+def dual_head(config: Mapping[str, Any]) -> bool:
+    """A YOLOv9 model trained by WongKinYiu/yolov9's ``train_dual.py`` (its ``opt.yaml``'s ``cfg`` names a
+    yolov9 model, not a GELAN one), whose validation computes no losses by design (WongKinYiu/yolov9#132)."""
+    cfg = config_value(config, ("cfg",))
+    name = str(cfg).lower().rsplit("/", 1)[-1] if isinstance(cfg, str) else ""
+    return "yolov9" in name and "gelan" not in name
+
+
 def config_count(config: Mapping[str, Any], names: tuple[str, ...]) -> int | None:
     """:func:`config_value` as a positive int (``300`` or ``"300"``), or None."""
     try:

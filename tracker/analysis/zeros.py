@@ -23,7 +23,9 @@ the run trains, on per-batch curves, and give the same events offline.
   ``sem_loss``, and its pose ``rle_loss``, whose keypoint sigmas the head computes in
   training only. It is never reported. A validation key's decision waits for the
   metrics of its step when the run logs metrics (they may come in a later flush);
-  a validation whose losses are all 0 beside metrics above 0 is still reported.
+  a validation whose losses are all 0 beside metrics above 0 is still reported,
+  unless the config names a YOLOv9 model trained by ``train_dual.py``, whose
+  validation computes no loss by design (the epoch judge's ``val_losses_absent``).
 
 ``class_zero_loss`` (scope ``classes``), rules:
 
@@ -45,7 +47,7 @@ import numpy as np
 
 from tracker.analysis.advice import ADVICE
 from tracker.analysis.detectors import KeyedChunk, StreamContext, clean, run_lengths
-from tracker.analysis.epochs import base_name, is_metric, is_val
+from tracker.analysis.epochs import base_name, dual_head, is_metric, is_val
 from tracker.analysis.trends import StartScale
 from tracker.events import Event
 
@@ -77,6 +79,7 @@ class TwinZeroLoss:
         self.keys: dict[str, _Zeros] = {}
         self.metric_last: int | None = None  # the last step of any metric point seen
         self.metric_above: int | None = None  # the last step at which a metric was above 0
+        self.dual_head = dual_head(ctx.config)  # YOLOv9's train_dual.py: no validation loss is computed
 
     def _twin(self, key: str) -> str | None:
         name, val = base_name(key).lower(), is_val(key)
@@ -177,6 +180,8 @@ class TwinZeroLoss:
     def _uncomputed(self, key: str, onset: int) -> bool:
         """Whether validation key ``key``, 0 since ``onset``, is a term the validation does not compute: a metric
         above 0 and another validation loss not 0 at or after ``onset``."""
+        if self.dual_head:
+            return True
         if self.metric_above is None or self.metric_above < onset:
             return False
         return any(k != key and is_val(k) and s.last_nonzero_step is not None and s.last_nonzero_step >= onset
