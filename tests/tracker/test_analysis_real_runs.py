@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 import tomllib
 from pathlib import Path
 from typing import Any, Iterator
 
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
 from tracker.analysis import analyze
+from tracker.analysis.offline import find_run
+from tracker.analysis.online import OnlineAnalyzer
 from tracker.analysis.real_corpus import (
     FRESH_BATCH, KINDS, EyeLabels, Label, import_corpus, load_eye_labels, load_eye_readers, load_manifest, majority,
 )
 from tracker.cli import build_cli
 from tracker.commands.analyze import render
+from tracker.host import get_host
+from tracker.store import open_store
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "real_runs"
 USED = ("anemia-zero-box", "wheat-weed-v8", "fabric-cls", "handraising-y12", "coffee-train5-inf",
@@ -409,19 +415,12 @@ def test_the_online_zero_loss_still_tells_a_validation_without_targets_or_losses
 def test_the_online_zero_loss_agrees_with_the_offline_one_whatever_the_flushes(imported: Any, name: str) -> None:
     """The run's stored rows fed as a training's flusher would, in cuts of a few epochs and rows in any order
     within a flush (the metrics after the losses too): the same zero-loss events as the offline analysis."""
-    import random
-
-    import pyarrow as pa
-
-    from tracker.analysis.online import OnlineAnalyzer
-    from tracker.host import get_host
-    from tracker.store import open_store
-
     home, ids = imported
     run_id = ids[name]
     offline = _online_zero_events(analyze(run_id, home=home).events)
-    rows = open_store(home).query("SELECT key, step, value FROM curves WHERE run_id = ? ORDER BY step, key", [run_id])
-    config = load_manifest_config(home, run_id)
+    store = open_store(home)
+    rows = store.query("SELECT key, step, value FROM curves WHERE run_id = ? ORDER BY step, key", [run_id])
+    config = dict(find_run(store, run_id)["config"])
     steps = sorted(set(rows["step"].to_list()))
     for seed in range(3):
         rng = random.Random(seed)
@@ -435,10 +434,3 @@ def test_the_online_zero_loss_agrees_with_the_offline_one_whatever_the_flushes(i
                               "value": [r["value"] for r in part]})
             events += analyzer.observe(table)
         assert _online_zero_events(events) == offline, (seed, cuts)
-
-
-def load_manifest_config(home: Path, run_id: str) -> dict[str, Any]:
-    from tracker.analysis.offline import find_run
-    from tracker.store import open_store
-
-    return dict(find_run(open_store(home), run_id)["config"])

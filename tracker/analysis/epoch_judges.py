@@ -236,7 +236,7 @@ class ZeroLoss:
         hits = found[side]
         key, onset, twin = hits[0]
         names, verb = ", ".join(k for k, *_ in hits), "is" if len(hits) == 1 else "are"
-        if side == "uncomputed" and _dual_head(h):
+        if side == "uncomputed" and dual_head(h.config):
             msg = (f"{names} {verb} exactly 0 at every {h.unit}: YOLOv9's train_dual.py does not compute "
                    "validation losses (WongKinYiu/yolov9#132), so they say nothing (no overfitting can be judged "
                    "on them)")
@@ -275,11 +275,6 @@ def _val_size(h: History) -> float | None:
     gaps = np.diff(levels)
     gaps = gaps[gaps > 1e-4]
     return 1.0 / float(gaps.min()) if gaps.size else None
-
-
-def _dual_head(h: History) -> bool:
-    """Whether the run is a YOLOv9 dual-head training whose validation computes no losses (:func:`dual_head`)."""
-    return dual_head(h.config)
 
 
 def _mosaic_closed(h: History) -> int | None:

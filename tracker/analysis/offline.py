@@ -124,14 +124,8 @@ def _settings(config: Mapping[str, Any], key: str | None, overrides: Mapping[str
     return settings
 
 
-def _key_list(store: Any, run_id: str, table: str, key: str | None, analyzer: OnlineAnalyzer) -> list[str]:
-    keys = store.query(f"SELECT DISTINCT key FROM {table} WHERE run_id = ? ORDER BY key", [run_id])["key"].to_list()
-    return [k for k in keys if analyzer.selected(k)]
-
-
-def _watched_keys(store: Any, run_id: str, analyzer: OnlineAnalyzer) -> list[str]:
-    keys = store.query("SELECT DISTINCT key FROM curves WHERE run_id = ? ORDER BY key", [run_id])["key"].to_list()
-    return [k for k in keys if analyzer.watched(k)]
+def _keys(store: Any, run_id: str, table: str) -> list[str]:
+    return store.query(f"SELECT DISTINCT key FROM {table} WHERE run_id = ? ORDER BY key", [run_id])["key"].to_list()
 
 
 def analyze(
@@ -154,11 +148,11 @@ def analyze(
     env = _environment(home, run_id)
     cfg = {**run["config"], "analysis": settings}
     probe = OnlineAnalyzer(detectors, config=cfg, run_id=run_id, strict=True, environment=env)
-    scalar_keys = _key_list(store, run_id, "curves", key, probe)
-    class_keys = _key_list(store, run_id, "class_curves", key, probe)
+    curve_keys = _keys(store, run_id, "curves")
+    scalar_keys = [k for k in curve_keys if probe.selected(k)]
+    class_keys = [k for k in _keys(store, run_id, "class_curves") if probe.selected(k)]
     if key is not None and not scalar_keys and not class_keys:
-        available = store.query("SELECT DISTINCT key FROM curves WHERE run_id = ? ORDER BY key", [run_id])["key"]
-        names = ", ".join(available.to_list()) or "none"
+        names = ", ".join(curve_keys) or "none"
         raise ConfigError(f"Unknown key {key!r} in run {run_id!r}; available: {names}")
     names = _class_names(store, run_id)
     analyzers: dict[int, OnlineAnalyzer] = {}
@@ -174,7 +168,7 @@ def analyze(
     records: list[EventRecord] = []
     reports: list[KeyReport] = []
     # the metrics that twin detectors observe come first in each rank (mAP beside a validation loss at 0)
-    watched = _watched_keys(store, run_id, probe) if key is None and scalar_keys else []
+    watched = [k for k in curve_keys if probe.watched(k)] if key is None and scalar_keys else []
     if scalar_keys:
         fed = watched + scalar_keys
         df = _fetch(store, "curves", run_id, fed)

@@ -137,6 +137,7 @@ class OnlineAnalyzer:
         self.system_streams: dict[str, Any] | None = None
         self.twin_streams: dict[str, Any] | None = None
         self._selected: dict[str, bool] = {}
+        self._watched: dict[str, bool] = {}
         self._run_ref: Any = None
         self._names_seen: Any = None
         self._warm = True
@@ -201,7 +202,10 @@ class OnlineAnalyzer:
 
     def watched(self, key: str) -> bool:
         """Whether ``key`` is a metric that is not analysed but shown to the twin detectors that observe metrics."""
-        return not key.startswith(SYSTEM_PREFIX) and not self.selected(key) and is_metric(key)
+        hit = self._watched.get(key)
+        if hit is None:
+            hit = self._watched[key] = not key.startswith(SYSTEM_PREFIX) and not self.selected(key) and is_metric(key)
+        return hit
 
     def set_class_names(self, names: list[str] | Mapping[int, str]) -> None:
         """Name the class indices in later events (``run.set_classes`` order)."""

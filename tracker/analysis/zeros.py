@@ -109,7 +109,8 @@ class TwinZeroLoss:
         x, steps = item.chunk.fvalues, item.chunk.fsteps
         if not steps.size:
             return []
-        self.metric_last = max(int(steps[-1]), self.metric_last if self.metric_last is not None else int(steps[-1]))
+        last = int(steps[-1])
+        self.metric_last = last if self.metric_last is None else max(self.metric_last, last)
         above = steps[x > 0.0]
         if above.size:
             top = int(above[-1])
