@@ -18,7 +18,8 @@ from tracker.analysis import analyze
 from tracker.analysis.offline import find_run
 from tracker.analysis.online import OnlineAnalyzer
 from tracker.analysis.real_corpus import (
-    FRESH_BATCH, KINDS, EyeLabels, Label, import_corpus, load_eye_labels, load_eye_readers, load_manifest, majority,
+    FRESH_BATCH, KINDS, Detection, EyeLabels, Label, RealRun, import_corpus, load_eye_labels, load_eye_readers,
+    load_manifest, majority, readers_agreement,
 )
 from tracker.cli import build_cli
 from tracker.commands.analyze import render
@@ -92,6 +93,35 @@ def test_the_majority_of_three_readings_labels_a_kind_two_of_them_read_at_their_
     assert not majority({"a": read(False), "b": read(), "c": read()}).clear  # one reader unsure
     with pytest.raises(ValueError):
         majority({})
+
+
+def test_readers_are_scored_one_against_another_and_the_verdicts_against_each_reader() -> None:
+    def read(**onsets: int) -> EyeLabels:
+        return EyeLabels({k: Label(k, o, "read") for k, o in onsets.items()}, True)
+
+    runs = [RealRun(n, CORPUS / n, True, {}, batch=99) for n in ("r1", "r2", "r3", "r4")]
+    readers = {"a": {"r1": read(overfitting=5), "r2": read(overfitting=7), "r3": read(), "r4": read()},
+               "b": {"r1": read(overfitting=6), "r2": read(), "r3": read(), "r4": read(stopped_early=9)},
+               "c": {"r1": read(overfitting=5), "r2": read(overfitting=8), "r3": read(), "r4": read()},
+               "d": {"r1": read()}}  # reads only r1: the runs every reader read are r1 alone
+    three = {k: v for k, v in readers.items() if k != "d"}
+    pairs = readers_agreement(runs, three)
+    # overfitting: r1 by all three (6 ordered pairs agree), r2 by a and c (a-c, c-a agree; a-b, c-b false
+    # positives, b-a, b-c misses)
+    assert (pairs["overfitting"].tp, pairs["overfitting"].fp, pairs["overfitting"].fn) == (8, 2, 2)
+    assert pairs["overfitting"].precision == pairs["overfitting"].recall == 0.8
+    assert (pairs["stopped_early"].tp, pairs["stopped_early"].fp, pairs["stopped_early"].fn) == (0, 2, 2)
+    assert pairs["zero_loss"].tp + pairs["zero_loss"].fp + pairs["zero_loss"].fn == 0
+    found = {"r1": {"overfitting": Detection(5, None, {})}, "r3": {"overfitting": Detection(9, None, {})}}
+    verdicts = readers_agreement(runs, three, found)
+    # against a, b and c: r1 a hit thrice, r3 false thrice, r2 missed against a and c
+    assert (verdicts["overfitting"].tp, verdicts["overfitting"].fp, verdicts["overfitting"].fn) == (3, 3, 2)
+    assert verdicts["stopped_early"].fn == 1 and verdicts["stopped_early"].tp == 0
+    pooled = readers_agreement(runs, three, found, into=readers_agreement(runs, {"x": three["a"], "y": three["b"]}))
+    assert pooled["overfitting"].tp == 3 + 2 and pooled["overfitting"].fp == 3 + 1  # a-b: r1 agrees, r2 one way
+    only = readers_agreement(runs, readers)  # with d, the runs every reader read are r1 alone
+    assert (only["overfitting"].tp, only["overfitting"].fp, only["overfitting"].fn) == (6, 3, 3)  # d reads none
+    assert runs[0].labels == {} and all(r.holdout for r in runs)  # the runs are not changed
 
 
 def test_runs_read_by_several_readers_carry_their_majority_in_the_eye_labels() -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import statistics
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -165,6 +165,46 @@ def majority(readings: Mapping[str, EyeLabels]) -> EyeLabels:
                              max(keys, key=keys.count) if keys else None)
     kinds = {frozenset(r.labels) for r in readings.values()}
     return EyeLabels(labels, len(kinds) == 1 and all(r.clear for r in readings.values()))
+
+
+def as_detections(labels: Mapping[str, Label]) -> dict[str, Detection]:
+    """One reader's labels of a run as if they were findings (kind -> a :class:`Detection` at the label's
+    onset, naming its key and best epoch), to score a reader like a verdict."""
+    return {k: Detection(lab.onset, lab.key, {} if lab.best is None else {"best_step": lab.best})
+            for k, lab in labels.items()}
+
+
+def readers_agreement(runs: Iterable[RealRun], readers: Mapping[str, Mapping[str, EyeLabels]],
+                      found: Mapping[str, Mapping[str, Detection]] | None = None,
+                      into: dict[str, RealScore] | None = None) -> dict[str, RealScore]:
+    """How far labellers agree, one against another, on the runs every reader of ``readers`` read.
+
+    Without ``found``: each reader's labels scored as findings against each other reader's (every ordered
+    pair, pooled: a label one reader gives and the other does not is a false positive one way and a miss
+    the other, so the pooled precision equals the pooled recall, the readers' F1). With ``found`` (name ->
+    kind -> :class:`Detection`, the verdicts): the verdicts scored against each reader in turn, pooled the
+    same way. Both are one labeller against one other, on the same runs: what the verdicts reach against
+    a single reader next to what a reader reaches against another. The runs' own labels are not read.
+    ``into`` (kind -> :class:`RealScore`, as returned) adds to an earlier group's pooled scores."""
+    runs = list(runs)
+    names = set.intersection(*(set(r) for r in readers.values())) if readers else set()
+    subset = [r for r in runs if r.name in names]
+    pooled = into if into is not None else {k: RealScore(k) for k in KINDS}
+    for truth, labels in readers.items():
+        truth_runs = [replace(r, labels=labels[r.name].labels, holdout=False) for r in subset]
+        judges = ([found] if found is not None else
+                  [{n: as_detections(other[n].labels) for n in names} for who, other in readers.items()
+                   if who != truth])
+        for judge in judges:
+            for kind, s in score(truth_runs, judge)["tuning"].items():
+                p = pooled[kind]
+                p.runs += s.runs
+                p.tp, p.fp, p.fn = p.tp + s.tp, p.fp + s.fp, p.fn + s.fn
+                p.lead_steps += s.lead_steps
+                p.best_errors += s.best_errors
+                p.misses += s.misses
+                p.alarms += s.alarms
+    return pooled
 
 
 def import_corpus(runs: Iterable[RealRun], home: Path) -> dict[str, str]:
