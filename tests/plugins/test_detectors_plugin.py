@@ -20,7 +20,7 @@ from tracker.host import Host, get_host, make_plugin_manager, set_host
 BUILTIN = {
     "non_finite", "divergence", "spike", "plateau", "stagnant_classes", "rank_disagreement",
     "identical_batches", "twin_zero_loss", "class_zero_loss", "twin_overfitting", "memory_growth", "fragmentation", "step_time_regression", "data_stall", "collapse",
-    "overfitting", "metric_collapse", "zero_loss", "stopped_early", "epoch_divergence",
+    "overfitting", "metric_collapse", "head_never_learnt", "zero_loss", "stopped_early", "epoch_divergence",
 }
 
 

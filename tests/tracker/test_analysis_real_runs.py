@@ -34,7 +34,7 @@ USED = ("anemia-zero-box", "wheat-weed-v8", "fabric-cls", "handraising-y12", "co
         "tfproject-pose", "fretvision-seg-y26", "cows-pose", "yoloproject-det", "cardamage-seg", "dlfinal-seg",
         "orchestration-y5", "droneview-obb", "kposecoco-pose", "handfist-det", "autoatc-pose", "strawberry-seg",
         "portfolio-pose", "seabass-det", "petwatch-y5", "figures-seg", "satelites-seg", "bcsdetermination-pose",
-        "cows-pose", "bonefrac-obb")
+        "cows-pose", "bonefrac-obb", "sonorum-pose", "footballpitch-pose")
 
 
 @pytest.fixture(scope="module")
@@ -282,6 +282,22 @@ def test_no_metric_collapse_when_the_metric_comes_back_flickers_or_was_never_lea
     # the real collapse stays: every metric 0 from epoch 15 to the end after mAP50 0.04 and recall 0.58
     collapse = findings(imported, "anemia-zero-box")["metric_collapse"]
     assert collapse.data["onset"] == 15 and {"metrics/mAP50(B)", "metrics/recall(B)"} <= set(collapse.data["keys"])
+
+
+def test_a_pose_head_whose_metrics_never_leave_zero_beside_a_box_head_that_learns(imported: Any) -> None:
+    # sonorum-pose: the four pose metrics exactly 0 at all 50 epochs, mAP50(B) up to 0.995
+    found = findings(imported, "sonorum-pose")
+    head = found["head_never_learnt"]
+    assert head.severity == "warning" and head.data["head"] == "pose" and head.data["learnt"] == "box"
+    assert head.step == 10 and head.data["onset"] == 1  # told once 10 epochs were at 0, from the first
+    assert set(head.data["keys"]) == {"metrics/precision(P)", "metrics/recall(P)", "metrics/mAP50(P)",
+                                      "metrics/mAP50-95(P)"}
+    assert "kpt_shape" in head.data["advice"] and "metrics/mAP50(B)" in head.message and "0.995" in head.message
+    assert "metric_collapse" not in found  # the box metrics learnt: not every metric is 0
+    # footballpitch-pose: pose metrics 0 at epochs 1-14, then up to mAP50(P) 0.995: a late start, no event
+    assert "head_never_learnt" not in findings(imported, "footballpitch-pose")
+    # one head only (box): anemia-zero-box's metrics at 0 from epoch 15 are a collapse, no head event
+    assert "head_never_learnt" not in findings(imported, "anemia-zero-box")
 
 
 def test_a_one_epoch_dip_is_no_minimum_a_divergence_is_measured_from(imported: Any) -> None:

@@ -36,6 +36,19 @@ ADVICE: dict[str, str] = {
         "check the validation labels and class names against the training set; "
         "a metric that never leaves 0 usually means the model predicts nothing the labels can match"
     ),
+    "head_never_learnt": (
+        "check this head's part of the labels (present in every label file, normalised to 0-1) and that its loss "
+        "gain in the training settings is above 0"
+    ),
+    "head_never_learnt_pose": (
+        "check the keypoint labels: kpt_shape in the data YAML must match the label files (x y, or x y visibility, "
+        "per keypoint, normalised to 0-1, not every keypoint invisible), flip_idx its keypoint count, and the pose "
+        "and kobj gains above 0"
+    ),
+    "head_never_learnt_mask": (
+        "check the segment labels: polygons (class x1 y1 x2 y2 ...) rather than boxes in labels/, normalised to "
+        "0-1, and the seg gain above 0"
+    ),
     "zero_loss": (
         "no target ever reached this loss: check that every image has its label file "
         "(labels/ next to images/), that class ids are below nc and that boxes are normalised to 0-1"

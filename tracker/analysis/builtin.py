@@ -75,7 +75,7 @@ precision and recall >= 0.95 per detector):
     (9/3/0) against P 0.73, R 0.89 (8/3/1). ``lasting=0.1``: the minimum must also be a
     tenth of the config's planned epochs old (at most its early-stopping ``patience``):
     early dips amid a noisy descent that came back, P 0.57 to 0.65 at R 0.83 (20/11/4).
-``overfitting``, ``metric_collapse``, ``zero_loss``, ``stopped_early``, ``epoch_divergence``
+``overfitting``, ``metric_collapse``, ``head_never_learnt``, ``zero_loss``, ``stopped_early``, ``epoch_divergence``
     the epoch judges over few-point histories (scope ``epochs``, ``tracker analyze``
     only): defaults and reasons in :mod:`tracker.analysis.epoch_specs`.
 ``memory_growth``, ``fragmentation``, ``step_time_regression``, ``data_stall``

@@ -17,6 +17,12 @@ about. Defaults and why are in :mod:`tracker.analysis.epoch_specs`.
   stretch sufficed. A metric whose peak before the fall is below ``min_peak`` was
   never learnt, and one that came back from ``patience`` zeros before (after it had
   first left zero) flickers (a validation set of a few images): neither collapses.
+* ``head_never_learnt``: every metric of one head (the ``(P)``, ``(M)``, ``(B)`` suffix
+  of Ultralytics' metric names) at zero (<= ``floor``) at every point, ``patience`` of
+  them at least, while another head's metrics are above zero: that head never matched
+  a validation label (a pose head beside a box head that learns). Decided on the
+  history as it stands, told at the first step the head had been at zero ``patience``
+  points.
 * ``zero_loss``: a loss exactly 0 for ``patience`` points in a row while its twin is
   not: a train loss (no target or positive ever reached it in training) or a
   validation loss (the validation images have no targets: the metrics are 0 too; a
@@ -62,6 +68,7 @@ about. Defaults and why are in :mod:`tracker.analysis.epoch_specs`.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -169,6 +176,58 @@ class MetricCollapse:
             return _event(h, "metric_collapse", key, step, "error", msg, onset=onset, keys=[k for k, *_ in never],
                           peak=0.0, confidence=1.0 - 0.5 ** z)
         return None
+
+
+HEADS = {"B": "box", "M": "mask", "P": "pose", "O": "oriented box"}  # Ultralytics' metric suffixes
+_HEAD = re.compile(r"\((\w+)\)$")
+
+
+class HeadNeverLearnt:
+    """One head's metrics at zero at every point while another head's are not (module doc)."""
+
+    def __init__(self, ctx: StreamContext) -> None:
+        p = ctx.params
+        self.min_points, self.patience, self.floor = int(p["min_points"]), int(p["patience"]), float(p["floor"])
+
+    def judge(self, history: History) -> list[Event]:
+        """The event, if any: decided on the history as it stands (a head whose metrics left zero by the
+        last point has learnt, late), told at the first step the head had been at zero ``patience`` points."""
+        if history.steps.size < self.min_points or self._check(history) is None:
+            return []
+        return replay(history, self.min_points, self._check)
+
+    def _check(self, h: History) -> Event | None:
+        heads: dict[str, list[str]] = {}
+        for key in h.metrics:
+            m = _HEAD.search(key)
+            if m and key in h.series:
+                heads.setdefault(m.group(1), []).append(key)
+        if len(heads) < 2:
+            return None
+        best = {head: max(((float(np.max(v)), k) for k in keys if (v := h.finite(k)[1]).size), default=None)
+                for head, keys in heads.items()}
+        zero = [head for head, top in best.items() if top is not None and top[0] <= self.floor
+                and min(h.finite(k)[1].size for k in heads[head]) >= self.patience]
+        learnt = [head for head, top in best.items() if top is not None and top[0] > self.floor]
+        if not zero or not learnt:
+            return None
+        head, other = zero[0], max(learnt, key=lambda x: best[x][0])  # type: ignore[index]
+        name, other_name = HEADS.get(head, head), HEADS.get(other, other)
+        keys = heads[head]
+        n = min(h.finite(k)[1].size for k in keys)
+        top, top_key = best[other]  # type: ignore[misc]
+        for k in heads[other]:  # the other head's mAP50 says more than a recall of 1 on a few images
+            v = h.finite(k)[1]
+            if "mAP50(" in k and v.size and float(np.max(v)) > self.floor:
+                top, top_key = float(np.max(v)), k
+                break
+        msg = (f"every {name} metric ({', '.join(keys)}) has been 0 at every {h.unit} ({n} so far) while the "
+               f"{other_name} metrics reach {fmt(top)} ({top_key}): the {name} head has never matched a validation "
+               "label")
+        advice = ADVICE.get(f"head_never_learnt_{name}", ADVICE["head_never_learnt"])
+        return _event(h, "head_never_learnt", keys[0], int(h.steps[-1]), "warning", msg, onset=int(h.steps[0]),
+                      keys=keys, head=name, learnt=other_name, learnt_best=top, confidence=1.0 - 0.5 ** n,
+                      advice=advice)
 
 
 class ZeroLoss:

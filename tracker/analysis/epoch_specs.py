@@ -60,7 +60,7 @@ history (one per epoch for an Ultralytics ``results.csv``).
 from __future__ import annotations
 
 from tracker.analysis.detectors import DetectorSpec
-from tracker.analysis.epoch_judges import EpochDivergence, MetricCollapse, StoppedEarly, ZeroLoss
+from tracker.analysis.epoch_judges import EpochDivergence, HeadNeverLearnt, MetricCollapse, StoppedEarly, ZeroLoss
 from tracker.analysis.epoch_overfit import Overfitting
 from tracker.analysis.params import Param
 
@@ -105,6 +105,17 @@ METRIC_COLLAPSE = DetectorSpec(
     ),
 )
 
+HEAD_NEVER_LEARNT = DetectorSpec(
+    name="head_never_learnt", scope="epochs", factory=HeadNeverLearnt,
+    description="one head's metrics (pose, mask) at zero at every point while another head's are not",
+    params=(
+        _MIN,
+        Param("patience", 10, "points at zero from the start, at least (a pose head can start late: 14 epochs "
+              "at zero in a run that then learns, footballpitch-pose; the run as it stands decides)", 1, None, True),
+        Param("floor", 1e-6, "a metric at or below this is zero", 0.0, None),
+    ),
+)
+
 ZERO_LOSS = DetectorSpec(
     name="zero_loss", scope="epochs", factory=ZeroLoss,
     description="a loss exactly zero while its train/validation twin is not: no targets or positives",
@@ -139,4 +150,5 @@ EPOCH_DIVERGENCE = DetectorSpec(
     ),
 )
 
-EPOCH_DETECTORS: tuple[DetectorSpec, ...] = (OVERFITTING, METRIC_COLLAPSE, ZERO_LOSS, STOPPED_EARLY, EPOCH_DIVERGENCE)
+EPOCH_DETECTORS: tuple[DetectorSpec, ...] = (OVERFITTING, METRIC_COLLAPSE, HEAD_NEVER_LEARNT, ZERO_LOSS, STOPPED_EARLY,
+                                             EPOCH_DIVERGENCE)

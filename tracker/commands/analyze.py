@@ -17,7 +17,7 @@ SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
 KIND_TITLE = {
     "overfitting": "overfitting", "metric_collapse": "metric collapse", "zero_loss": "loss identically zero",
     "stopped_early": "stopped early", "divergence": "divergence", "non_finite": "NaN/inf",
-    "val_losses_absent": "validation losses not computed",
+    "val_losses_absent": "validation losses not computed", "head_never_learnt": "a head never learnt",
 }
 
 
