@@ -66,7 +66,7 @@ from tracker.analysis.offline import _environment, _store, find_run  # noqa: E40
 from tracker.analysis.epochs import History  # noqa: E402
 from tracker.analysis.real_corpus import (  # noqa: E402
     FRESH_BATCH, KINDS, Detection, RealScore, detections, format_table, import_corpus, load_eye_labels,
-    load_eye_readers, load_manifest, readers_agreement, score,
+    RealRun, load_eye_readers, load_manifest, readers_agreement, score,
 )
 
 CORPUS = ROOT / "tests" / "data" / "real_runs"
@@ -283,6 +283,18 @@ def _pr(s: Any) -> str:
     return f"{p} / {r} ({s.tp}/{s.fp}/{s.fn})"
 
 
+def _print_unscored(runs: list[RealRun], unscored: dict[str, list[str]], parts: list[str]) -> None:
+    """The findings of kinds no label has (``head_never_learnt``), per part, beside the run's eye labels."""
+    eye = load_eye_labels(CORPUS)
+    print("findings of kinds no label scores (told, not scored), with the run's eye labels where it has them:")
+    for part in parts:
+        told = [(r.name, unscored[r.name]) for r in runs if r.part == part and unscored.get(r.name)]
+        print(f"  {TITLES[part]}: " + (", ".join(
+            f"{name} ({', '.join(kinds)}; eye: {', '.join(sorted(eye[name].labels)) or 'none'})" if name in eye
+            else f"{name} ({', '.join(kinds)})" for name, kinds in told) or "none"))
+    print()
+
+
 def main() -> None:
     """Import, analyse, score, print."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -304,7 +316,7 @@ def main() -> None:
         t0 = time.perf_counter()
         ids = import_corpus(runs, home)
         t1 = time.perf_counter()
-        found, online, shown, hists = {}, {}, {}, {}
+        found, online, shown, hists, unscored = {}, {}, {}, {}, {}
         store = _store(home)
         for run in runs:
             row = find_run(store, ids[run.name])
@@ -317,6 +329,7 @@ def main() -> None:
             analysis = analyze(ids[run.name], home=home)
             found[run.name] = detections(analysis.findings)
             online[run.name] = detections([r for r in analysis.events if r.event.kind in ONLINE_KINDS])
+            unscored[run.name] = sorted({getattr(r, "event", r).kind for r in analysis.findings} - set(KINDS))
             if run.name in SHOWN:
                 shown[run.name] = analysis
         t2 = time.perf_counter()
@@ -347,6 +360,7 @@ def main() -> None:
                                "the run trained (no hindsight)"))
             print()
         _by_eye(runs, found, online, watched(hists))
+        _print_unscored(runs, unscored, parts)
         if args.fresh:
             _eye_tuned(runs, hists)
         _print_five(shown)
