@@ -138,6 +138,8 @@ def tune(runs: list[Any], hists: dict[str, Any], eye: bool = False) -> None:
     against = (f"the eye labels of {len(seen)} seen held-out runs" if eye else
                "the tuning and seen held-out runs")
     for spec in EPOCH_DETECTORS:
+        if spec.name not in KIND_OF:  # a kind no label scores (head_never_learnt): nothing to tune it against
+            continue
         kind = KIND_OF[spec.name]
         judged = {r.name: hists[r.name] for r in seen}
 
