@@ -34,7 +34,7 @@ USED = ("anemia-zero-box", "wheat-weed-v8", "fabric-cls", "handraising-y12", "co
         "tfproject-pose", "fretvision-seg-y26", "cows-pose", "yoloproject-det", "cardamage-seg", "dlfinal-seg",
         "orchestration-y5", "droneview-obb", "kposecoco-pose", "handfist-det", "autoatc-pose", "strawberry-seg",
         "portfolio-pose", "seabass-det", "petwatch-y5", "figures-seg", "satelites-seg", "bcsdetermination-pose",
-        "cows-pose", "bonefrac-obb", "sonorum-pose", "footballpitch-pose")
+        "cows-pose", "bonefrac-obb", "sonorum-pose", "footballpitch-pose", "kanjisa-pose")
 
 
 @pytest.fixture(scope="module")
@@ -294,6 +294,11 @@ def test_a_pose_head_whose_metrics_never_leave_zero_beside_a_box_head_that_learn
                                       "metrics/mAP50-95(P)"}
     assert "kpt_shape" in head.data["advice"] and "metrics/mAP50(B)" in head.message and "0.995" in head.message
     assert "metric_collapse" not in found  # the box metrics learnt: not every metric is 0
+    # kanjisa-pose (batch 12): 10 epochs, pose metrics 0 throughout, box metrics small and never 0 (mAP50 at
+    # most 0.048): told at the 10th epoch, the first it can be; no metric fell, so no collapse
+    small = findings(imported, "kanjisa-pose")
+    assert small["head_never_learnt"].step == 9 and small["head_never_learnt"].data["learnt"] == "box"
+    assert "metric_collapse" not in small
     # footballpitch-pose: pose metrics 0 at epochs 1-14, then up to mAP50(P) 0.995: a late start, no event
     assert "head_never_learnt" not in findings(imported, "footballpitch-pose")
     # one head only (box): anemia-zero-box's metrics at 0 from epoch 15 are a collapse, no head event

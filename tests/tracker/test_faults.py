@@ -45,8 +45,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "imbalance": DigitsSpec("imbalance", epochs=12, interval=FAST),
         "tiny": DigitsSpec("tiny", epochs=60, interval=FAST),
     }
-    records = {name: _child("bench.faults_digits", asdict(spec), home) if name in OWN_PROCESS else train(spec, home=home)
-               for name, spec in specs.items()}
+    records = {name: _child("bench.faults_digits", asdict(spec), home) if name in OWN_PROCESS
+               else train(spec, home=home) for name, spec in specs.items()}
     events = {name: [r.event for r in tracker.analyze(rec["run_id"], home=home).events]
               for name, rec in records.items()}
     return {"home": home, "records": records, "events": events}
