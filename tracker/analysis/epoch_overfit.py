@@ -210,8 +210,9 @@ class Overfitting:
         end = float(v[-1]) / r.best - 1.0
         how = (f"at the end ({h.when(last)}) it is {_pct(end)} from that minimum" if end > 0
                else f"it fell back below that minimum by {h.when(last)}")
+        last_n = f"its last {h.unit}" if self.window == 1 else f"its last {self.window} {h.unit}s"
         msg = (f"{r.val} (running median of 3) is lowest at {h.when(r.best_step)} ({fmt(r.best)}); since then its "
-               f"median is {_pct(r.settled)} above it and its last {self.window} {h.unit}s {_pct(r.end)}, while "
+               f"median is {_pct(r.settled)} above it and {last_n} {_pct(r.end)}, while "
                f"{r.train} moved {_pct(r.train_change)}: overfitting since {h.when(r.onset)}, clear by "
                f"{h.when(step)}; the best {h.unit} is {r.best_step}; {how}")
         return _event(h, "overfitting", r.val, step, "warning", msg, onset=r.onset, best_step=r.best_step,
