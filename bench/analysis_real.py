@@ -7,9 +7,9 @@ event) of the run's *findings* (the epoch judges, and the streams' first NaN/inf
 divergence) in three parts, apart (:data:`tracker.analysis.real_corpus.PARTS`):
 
 * **tuning** runs (``holdout = false``);
-* **held out, seen**: the held-out runs of batches 1-13 (``FRESH_BATCH`` - 1), scored before and their
+* **held out, seen**: the held-out runs of batches 1-14 (``FRESH_BATCH`` - 1), scored before and their
   misses read, so no longer a fair test;
-* **fresh**: held-out runs of batch ``FRESH_BATCH`` (14) on, only with ``--fresh``.
+* **fresh**: held-out runs of batch ``FRESH_BATCH`` (15) on, only with ``--fresh``.
   Without it those runs are not imported or judged at all: run ``--fresh`` once,
   when the batch is complete and read by eye (three readers apart, ``eye-readers/``,
   their majority in ``eye-labels.toml``), for the honest held-out score.
@@ -17,7 +17,7 @@ divergence) in three parts, apart (:data:`tracker.analysis.real_corpus.PARTS`):
 The held-out runs labelled by eye (batches 4 on; ``eye-labels.toml``: read off the
 curves by someone who saw neither the written definitions, ``label_runs.py``'s labels
 nor any verdict) are scored a second time against those labels, per part (the fresh batch
-only with ``--fresh``; batches 4-13 are seen: the epoch judges' gates were set on the eye
+only with ``--fresh``; batches 4-14 are seen: the epoch judges' gates were set on the eye
 labels of 4, 6 and 7), with a table of where the two label sets agree. The definitions'
 labels and the verdicts share a rule, so a verdict
 that follows its definition scores well against them by construction; the eye's labels

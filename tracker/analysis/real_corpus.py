@@ -40,7 +40,7 @@ from tracker.errors import DataError
 
 KINDS = ("overfitting", "metric_collapse", "zero_loss", "stopped_early", "non_finite", "divergence")
 PARTS = ("tuning", "holdout", "fresh")
-FRESH_BATCH = 14  # batches 1-13 (394 runs) have all been scored; held-out runs of batch 14 on are fresh
+FRESH_BATCH = 15  # batches 1-14 (418 runs) have all been scored; held-out runs of batch 15 on are fresh
 
 
 @dataclass
