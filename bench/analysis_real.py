@@ -335,7 +335,7 @@ def main() -> None:
             analysis = analyze(ids[run.name], home=home)
             found[run.name] = detections(analysis.findings)
             online[run.name] = detections([r for r in analysis.events if r.event.kind in ONLINE_KINDS])
-            unscored[run.name] = sorted({getattr(r, "event", r).kind for r in analysis.findings} - set(KINDS))
+            unscored[run.name] = sorted({r.event.kind for r in analysis.findings} - set(KINDS))
             if run.name in SHOWN:
                 shown[run.name] = analysis
         t2 = time.perf_counter()

@@ -197,27 +197,26 @@ class HeadNeverLearnt:
         return replay(history, self.min_points, self._check)
 
     def _check(self, h: History) -> Event | None:
-        heads: dict[str, list[str]] = {}
+        heads: dict[str, dict[str, np.ndarray]] = {}  # head -> key -> its finite values
         for key in h.metrics:
             m = _HEAD.search(key)
             if m and key in h.series:
-                heads.setdefault(m.group(1), []).append(key)
+                heads.setdefault(m.group(1), {})[key] = h.finite(key)[1]
         if len(heads) < 2:
             return None
-        best = {head: max(((float(np.max(v)), k) for k in keys if (v := h.finite(k)[1]).size), default=None)
-                for head, keys in heads.items()}
-        zero = [head for head, top in best.items() if top is not None and top[0] <= self.floor
-                and min(h.finite(k)[1].size for k in heads[head]) >= self.patience]
-        learnt = [head for head, top in best.items() if top is not None and top[0] > self.floor]
+        best = {head: top for head, vals in heads.items()
+                if (top := max(((float(np.max(v)), k) for k, v in vals.items() if v.size), default=None))}
+        zero = [head for head, (top, _) in best.items() if top <= self.floor
+                and min(v.size for v in heads[head].values()) >= self.patience]
+        learnt = [head for head, (top, _) in best.items() if top > self.floor]
         if not zero or not learnt:
             return None
-        head, other = zero[0], max(learnt, key=lambda x: best[x][0])  # type: ignore[index]
+        head, other = zero[0], max(learnt, key=lambda x: best[x][0])
         name, other_name = HEADS.get(head, head), HEADS.get(other, other)
-        keys = heads[head]
-        n = min(h.finite(k)[1].size for k in keys)
-        top, top_key = best[other]  # type: ignore[misc]
-        for k in heads[other]:  # the other head's mAP50 says more than a recall of 1 on a few images
-            v = h.finite(k)[1]
+        keys = list(heads[head])
+        n = min(v.size for v in heads[head].values())
+        top, top_key = best[other]
+        for k, v in heads[other].items():  # the other head's mAP50 says more than a recall of 1 on a few images
             if "mAP50(" in k and v.size and float(np.max(v)) > self.floor:
                 top, top_key = float(np.max(v)), k
                 break
